@@ -1,0 +1,162 @@
+"""`JitAwareContextVar` and the handler stack.
+
+Both are built on :mod:`contextvars` (so each thread and each asyncio task sees its
+own values) and record the JAX trace that was current when a value was installed.
+A read from under a staging trace (``jax.jit``, a ``lax.scan`` body, ...) that the
+value was installed outside of raises instead of returning a value that JAX would
+bake into its cache as a constant.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from . import _trace
+
+if TYPE_CHECKING:
+    from ._effects import Effect, Handler
+
+__all__ = ["JitAwareContextVar"]
+
+T = TypeVar("T")
+
+_JIT_BOUNDARY = (
+    "The value found for {var!r} was assigned behind a jit-transform boundary "
+    "({where}). It cannot be accessed in the current context: pass it into the "
+    "transformed function explicitly (see effax.plumb_and_transform), or set it "
+    "inside."
+)
+
+
+class JitAwareContextVar(Generic[T]):
+    """A :class:`contextvars.ContextVar` that refuses to be read across a jit boundary.
+
+    ``set_on_enter(value)`` returns a context manager that installs ``value`` for the
+    duration of a ``with`` block and records the JAX trace current at entry.
+    ``get()`` returns the innermost value, unless a *staging* trace (``jax.jit``,
+    ``pmap``, ``shard_map``, a ``lax`` control-flow body, ``jax.checkpoint``,
+    ``jax.eval_shape``, ``jax.make_jaxpr``) lies between that trace and the current
+    one: then the value would become a stale constant of a cached trace, and ``get()``
+    raises :class:`LookupError` instead. ``grad``, ``jvp``, ``vjp``, ``linearize`` and
+    ``vmap`` re-run Python on every call, so values pass through them.
+
+    Create context variables at module level (or as class attributes), never in a
+    loop or closure: like the stdlib's, they are never garbage collected.
+
+    **Arguments:**
+
+    - `name`: shown in messages and in the ``repr``.
+
+    **Example:**
+
+    ```python
+    >>> import jax, jax.numpy as jnp, effax
+    >>> x_var = effax.JitAwareContextVar[float]("x")
+    >>> def log_x():
+    ...     return jnp.log(x_var.get())
+    >>> @jax.jit
+    ... def pure(x):
+    ...     with x_var.set_on_enter(x):
+    ...         return log_x() ** 2
+    >>> float(pure(jnp.e))
+    1.0
+
+    ```
+    """
+
+    __slots__ = ("_name", "_var")
+
+    def __init__(self, name: str = "JitAwareContextVar") -> None:
+        self._name = name
+        self._var: contextvars.ContextVar[tuple[T, _trace.TraceRef]] = contextvars.ContextVar(
+            f"effax.{name}"
+        )
+
+    def __repr__(self) -> str:
+        return f"<JitAwareContextVar {self._name!r} at {id(self):#x}>"
+
+    def get(self) -> T:
+        """The innermost value; raises `LookupError` if none is set or it is stale."""
+        try:
+            value, ref = self._var.get()
+        except LookupError:
+            raise LookupError(f"No value found for {self!r}.") from None
+        if ref is not _trace.current_trace_ref():
+            reach = _trace.reachability(ref)
+            if reach != "ok":
+                where = (
+                    "a staging trace lies between where it was set and here"
+                    if reach == "staged"
+                    else "the trace where it was set is not an ancestor of this one"
+                )
+                raise LookupError(_JIT_BOUNDARY.format(var=self, where=where))
+        return value
+
+    def set_on_enter(self, value: T) -> _SetOnEnter[T]:
+        """A context manager that installs `value` while its ``with`` block runs."""
+        return _SetOnEnter(self._var, value)
+
+
+class _SetOnEnter(Generic[T]):
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: contextvars.ContextVar[tuple[T, Any]], value: T) -> None:
+        self._var = var
+        self._value = value
+        self._token: contextvars.Token[tuple[T, Any]] | None = None
+
+    def __enter__(self) -> T:
+        if self._token is not None:
+            raise RuntimeError("set_on_enter(...) context managers cannot be re-entered.")
+        self._token = self._var.set((self._value, _trace.current_trace_ref()))
+        return self._value
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._token is not None
+        self._var.reset(self._token)
+        self._token = None
+
+
+# --- the handler stack ------------------------------------------------------------
+#
+# One module-level context variable holds an immutable mapping from effect (by
+# identity) to `(handler, trace_ref)`. Installing handlers copies the mapping once;
+# looking one up is a dict lookup. Creating effects creates no context variables.
+
+Entry = tuple["Handler[Any]", _trace.TraceRef]
+Stack = Mapping["Effect[Any]", Entry]
+
+_EMPTY: Stack = {}
+_STACK: contextvars.ContextVar[Stack] = contextvars.ContextVar("effax.handlers", default=_EMPTY)
+
+
+def current_stack() -> Stack:
+    return _STACK.get()
+
+
+def push(handlers: tuple[Handler[Any], ...]) -> contextvars.Token[Stack]:
+    """Install `handlers` (later ones innermost) at the current trace."""
+    ref = _trace.current_trace_ref()
+    stack = dict(_STACK.get())
+    for handler in handlers:
+        stack[handler.effect] = (handler, ref)
+    return _STACK.set(stack)
+
+
+def push_entries(entries: Mapping[Effect[Any], Entry]) -> contextvars.Token[Stack]:
+    """Install pre-built entries (used to mark effects during a trace)."""
+    stack = dict(_STACK.get())
+    stack.update(entries)
+    return _STACK.set(stack)
+
+
+def pop(token: contextvars.Token[Stack]) -> None:
+    _STACK.reset(token)

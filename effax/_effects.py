@@ -1,0 +1,712 @@
+"""Effects, handlers and the plumbing protocol.
+
+An *effect* is a typed token declared once at module level (`Ask[float]("t")`).
+Library code *performs* it (`t.ask()`); the program entry installs a *handler* for
+it (`t.provide(0.5)`), a context manager and a cell holding the handler's state.
+
+Every handler speaks one small protocol, :class:`Handler`, that says what crosses a
+traced boundary. `handle`, the control-flow wrappers and the transformation wrappers
+are written once against it, so a user-defined effect works everywhere the built-in
+ones do.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar, overload
+
+import attrs
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _context, _trace
+from ._errors import (
+    LEAK_EXPLANATION,
+    WRITE_LEAK_EXPLANATION,
+    EffectLeakError,
+    UnhandledEffectError,
+)
+
+__all__ = [
+    "Ask",
+    "Collector",
+    "Effect",
+    "Emit",
+    "Export",
+    "Handler",
+    "Handlers",
+    "KeyStream",
+    "Outcome",
+    "Provider",
+    "RandomKey",
+    "State",
+    "StateCell",
+    "handlers",
+    "rng",
+]
+
+T = TypeVar("T")
+S = TypeVar("S")
+H = TypeVar("H", bound="Handler[Any]")
+E = TypeVar("E", bound="Effect[Any]")
+
+PyTree = Any
+
+
+# --- the plumbing protocol ----------------------------------------------------------
+
+
+class Export(NamedTuple):
+    """What a handler sends into a traced region.
+
+    - `static`: a hashable Python value. It is part of the compilation cache key
+      (changing it retraces) and is seen as a plain Python value inside.
+    - `const`: a pytree of arrays, read-only inside (a loop constant in `scan`).
+    - `carry`: a pytree of arrays that the region may update; it comes back out with
+      the same structure, shapes and dtypes (the carry of a `scan`).
+    """
+
+    static: Hashable = None
+    const: PyTree = None
+    carry: PyTree = None
+
+
+class Outcome(NamedTuple):
+    """What a handler rebuilt inside a traced region sends back out.
+
+    - `static`: a hashable Python value known at trace time (e.g. how many keys were
+      drawn); it leaves a compiled function without a device round trip.
+    - `carry`: the updated carry (same structure as `Export.carry`), or `None` when
+      `static` already says everything and no loop requires the carry.
+    - `values`: a pytree of per-call outputs. In a loop of n steps each leaf comes
+      back stacked along a new leading axis of size n.
+    """
+
+    static: Hashable = None
+    carry: PyTree = None
+    values: PyTree = None
+
+
+class Handler(abc.ABC, Generic[E]):
+    """Base class of every handler: a context manager, a cell, and the plumbing protocol.
+
+    A handler handles one effect (`self.effect`). To cross a traced boundary, the
+    runtime calls, in order:
+
+    1. :meth:`export` on the handler installed outside;
+    2. :meth:`rebuild` (a classmethod) inside the traced function, with the exported
+       parts as traced values, to make the handler installed inside;
+    3. :meth:`outcome` on that inner handler after the traced body ran;
+    4. :meth:`absorb` on the outer handler, with the outcome, after the call returned
+       successfully. If the call raises, nothing is absorbed: the outer handler stays
+       exactly as it was.
+
+    `rebuild` may depend only on its arguments and the class: anything else that
+    shapes the traced code belongs in `Export.static`.
+    """
+
+    __slots__ = ()
+    effect: E
+
+    @abc.abstractmethod
+    def export(self) -> Export:
+        """What goes into a traced region."""
+
+    @classmethod
+    @abc.abstractmethod
+    def rebuild(cls: type[H], effect: Any, static: Any, const: PyTree, carry: PyTree) -> H:
+        """The handler to install inside a traced region, from what `export` sent."""
+
+    @abc.abstractmethod
+    def outcome(self, *, carry_required: bool) -> Outcome:
+        """What comes out; `carry_required` is true in loop bodies and cond branches."""
+
+    @abc.abstractmethod
+    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
+        """Update this (outer) handler from an inner handler's outcome.
+
+        `steps` is how many times the region ran (1 for a call, n for a scan of n
+        steps), or `None` where it is not known at trace time (`while_loop`).
+        """
+
+    @property
+    @abc.abstractmethod
+    def value(self) -> Any:
+        """The handler's state: what ``hs[effect]`` returns."""
+
+    def __enter__(self: H) -> H:
+        tokens: list[Any] = self._tokens
+        tokens.append(_context.push((self,)))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _context.pop(self._tokens.pop())
+
+    _tokens: list[Any]
+    # The trace the handler was created under (built-in handlers record it): a
+    # handler passed to `effax.handle` may not be used under a staging trace that it
+    # was created outside of.
+    _home: Any
+
+
+# --- effects -----------------------------------------------------------------------
+
+
+class _Marker:
+    """Stack-entry trace markers that force the slow path of a lookup."""
+
+    __slots__ = ("ref", "used")
+
+    def __init__(self, ref: _trace.TraceRef, used: set[Effect[Any]]) -> None:
+        self.ref = ref
+        self.used = used
+
+
+class Replumb:
+    """Stack-entry marker of a handler visible around a traced call but not plumbed
+    into it: performing its effect raises `NeedsEffect` for the call's `owner`."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
+
+
+class NeedsEffect(BaseException):
+    """Internal: a traced region performed an outer effect it had not plumbed in.
+
+    A `BaseException` so that user code's ``except Exception`` cannot swallow it.
+    """
+
+    def __init__(self, effect: Effect[Any], owner: object) -> None:
+        super().__init__(effect)
+        self.effect = effect
+        self.owner = owner
+
+
+class Effect(Generic[H]):
+    """Base class of effect declarations; effects are compared by identity."""
+
+    __slots__ = ("name",)
+    handler_hint: ClassVar[str] = "a handler"
+    name: str
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def _find(self) -> H:
+        """The innermost handler for this effect, checked for trace safety."""
+        entry = _context.current_stack().get(self)
+        if entry is None:
+            raise UnhandledEffectError(
+                f"{self!r} was performed with no handler installed. Install one around "
+                f"the call, e.g. `with {self.handler_hint}: ...` or "
+                f"`effax.handle(fn, {self.handler_hint})`."
+            )
+        handler, ref = entry
+        if ref is not _trace.current_trace_ref():
+            self._check_entry(ref)
+        return handler  # type: ignore[return-value]
+
+    def _check_entry(self, ref: Any) -> None:
+        if type(ref) is Replumb:
+            raise NeedsEffect(self, ref.owner)
+        if type(ref) is _Marker:
+            ref.used.add(self)
+            ref = ref.ref
+        if ref is _trace.current_trace_ref():
+            return
+        reach = _trace.reachability(ref)
+        if reach == "ok":
+            return
+        api = _trace.innermost_staging_api()
+        if reach == "staged":
+            where = f"inside {api[0]}" if api else "inside a staging JAX transformation"
+            fix = api[1] if api else "the effax wrapper of that transformation"
+        else:
+            where = "under a JAX trace that is not nested inside the handler's"
+            fix = api[1] if api else "effax.shard_map or effax.handle"
+        raise EffectLeakError(
+            f"{self!r} was performed {where}, but its handler was installed outside it. "
+            f"Use {fix} instead. {LEAK_EXPLANATION}"
+        )
+
+    def _check_write(self, value: Any, ref: Any) -> None:
+        if type(ref) is _Marker:
+            ref = ref.ref
+        if _trace.foreign_tracers(jax.tree.leaves(value), ref):
+            raise EffectLeakError(
+                f"Writing a traced value to {self!r}, whose handler was installed outside "
+                f"the JAX transformation that produced it. {WRITE_LEAK_EXPLANATION}"
+            )
+
+    def _find_for_write(self, value: Any) -> H:
+        handler = self._find()
+        ref = _context.current_stack()[self][1]
+        if ref is not _trace.current_trace_ref():
+            self._check_write(value, ref)
+        return handler
+
+
+def _init_effect(effect: Effect[Any], name: str) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"An effect's name must be a string, got {type(name).__name__}.")
+    object.__setattr__(effect, "name", name)
+
+
+# --- Ask --------------------------------------------------------------------------
+
+
+class Ask(Effect["Provider[T]"], Generic[T]):
+    """A context value: library code asks for it, the program entry provides it.
+
+    With `static=False` (the default) the value is a pytree of arrays and crosses
+    ``jax.jit`` as an input, so changing it never retraces. With `static=True` it must
+    be hashable; it becomes part of the compilation cache key and is a Python
+    constant inside (use it for configuration that changes the traced code).
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> temperature = effax.Ask[float]("temperature")
+    >>> with temperature.provide(0.5):
+    ...     temperature.ask()
+    0.5
+
+    ```
+    """
+
+    __slots__ = ("static",)
+    static: bool
+
+    def __init__(self, name: str, *, static: bool = False) -> None:
+        _init_effect(self, name)
+        self.static = static
+
+    @property
+    def handler_hint(self) -> str:  # type: ignore[override]
+        return f"{self.name}.provide(value)"
+
+    def ask(self) -> T:
+        """The value provided by the innermost handler."""
+        return self._find().provided
+
+    def provide(self, value: T) -> Provider[T]:
+        """A handler that answers `ask()` with `value`."""
+        if self.static:
+            try:
+                hash(value)
+            except TypeError as exc:
+                raise TypeError(
+                    f"{self!r} is static, so its value must be hashable (it is part of the "
+                    f"jit cache key), but got an unhashable {type(value).__name__}: {exc}. "
+                    "Pass a hashable value (a tuple, a frozen dataclass), or declare the "
+                    "effect with static=False to pass arrays as traced inputs."
+                ) from None
+        return Provider(self, value)
+
+
+@attrs.define(eq=False)
+class Provider(Handler[Ask[T]]):
+    """The handler of an :class:`Ask`: answers with a fixed value."""
+
+    effect: Ask[T]
+    provided: T
+    _tokens: list[Any] = attrs.field(factory=list, init=False, repr=False)
+    _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
+
+    @property
+    def value(self) -> T:
+        return self.provided
+
+    def export(self) -> Export:
+        if self.effect.static:
+            return Export(static=self.provided)
+        return Export(const=self.provided)
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Provider[T]:
+        return cls(effect, static if effect.static else const)
+
+    def outcome(self, *, carry_required: bool) -> Outcome:
+        return Outcome()
+
+    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
+        pass
+
+
+# --- State ------------------------------------------------------------------------
+
+
+class State(Effect["StateCell[S]"], Generic[S]):
+    """Mutable state, kept by a cell handler and threaded through traced regions.
+
+    Across ``jax.jit`` the current value goes in and the final value comes out; in an
+    ``effax.scan`` it is part of the carry. Its structure, shapes and dtypes must stay
+    the same across a traced boundary (else :class:`effax.StateTypeError`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> steps = effax.State[jnp.ndarray]("steps")
+    >>> with steps.init(jnp.int32(0)) as cell:
+    ...     n = steps.modify(lambda n: n + 1)
+    ...     steps.set(steps.get() * 10)
+    >>> int(cell.value)
+    10
+
+    ```
+    """
+
+    __slots__ = ()
+
+    def __init__(self, name: str) -> None:
+        _init_effect(self, name)
+
+    @property
+    def handler_hint(self) -> str:  # type: ignore[override]
+        return f"{self.name}.init(value)"
+
+    def get(self) -> S:
+        """The current value."""
+        return self._find().value
+
+    def set(self, value: S) -> None:
+        """Replace the current value."""
+        self._find_for_write(value).value = value
+
+    def modify(self, fn: Callable[[S], S]) -> S:
+        """Replace the value by `fn(value)` and return the new value."""
+        cell = self._find()
+        new = fn(cell.value)
+        self._find_for_write(new)
+        cell.value = new
+        return new
+
+    def init(self, value: S) -> StateCell[S]:
+        """A cell handler holding `value`; it keeps its value across calls."""
+        return StateCell(self, value)
+
+
+@attrs.define(eq=False)
+class StateCell(Handler[State[S]]):
+    """The handler of a :class:`State`: a cell whose `.value` is the current state."""
+
+    effect: State[S]
+    value: S
+    _tokens: list[Any] = attrs.field(factory=list, init=False, repr=False)
+    _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
+
+    def export(self) -> Export:
+        return Export(carry=self.value)
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> StateCell[S]:
+        return cls(effect, carry)
+
+    def outcome(self, *, carry_required: bool) -> Outcome:
+        return Outcome(carry=self.value)
+
+    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
+        self.value = outcome.carry
+
+
+# --- RandomKey --------------------------------------------------------------------
+
+
+def _as_key(seed: Any, effect: RandomKey) -> jax.Array:
+    if isinstance(seed, (bool, float, complex, str, bytes)):
+        raise TypeError(
+            f"{effect!r}.seed(...) takes an int, a typed key (jax.random.key) or a raw "
+            f"uint32[2] key (jax.random.PRNGKey), not a {type(seed).__name__}."
+        )
+    if isinstance(seed, (int, np.integer)):
+        return jax.random.key(int(seed))
+    dtype = getattr(seed, "dtype", None)
+    shape = getattr(seed, "shape", None)
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape != ():
+            raise TypeError(
+                f"{effect!r}.seed(...) takes a single key, but got a key array of shape "
+                f"{shape}. Seed one stream per key, or use effax.vmap to map over keys."
+            )
+        return seed  # type: ignore[no-any-return]
+    if dtype == jnp.uint32 and shape == (2,):
+        return seed  # type: ignore[no-any-return]
+    raise TypeError(
+        f"{effect!r}.seed(...) takes an int, a typed key (jax.random.key) or a raw "
+        f"uint32[2] key (jax.random.PRNGKey), but got {type(seed).__name__} with "
+        f"dtype={dtype} and shape={shape}."
+    )
+
+
+class RandomKey(Effect["KeyStream"]):
+    """A named stream of PRNG keys; `effax.rng` is the default one.
+
+    A stream is a base key and a counter: each `next_key()` is
+    ``jax.random.fold_in(base_key, counter)`` followed by ``counter += 1``. The counter
+    is a Python int while it is known at trace time, so compiled and eager draws are
+    bit-identical and advancing it costs no device work.
+
+    **Example:**
+
+    ```python
+    >>> import jax, effax
+    >>> dropout = effax.RandomKey("dropout")
+    >>> with dropout.seed(0):
+    ...     k0, k1 = dropout.next_key(), dropout.next_key()
+    >>> bool((jax.random.key_data(k0) == jax.random.key_data(
+    ...     jax.random.fold_in(jax.random.key(0), 0))).all())
+    True
+
+    ```
+    """
+
+    __slots__ = ()
+
+    def __init__(self, name: str) -> None:
+        _init_effect(self, name)
+
+    @property
+    def handler_hint(self) -> str:  # type: ignore[override]
+        return f"{self.name}.seed(key)"
+
+    def next_key(self) -> jax.Array:
+        """A fresh key: ``fold_in(base_key, counter)``, then the counter advances."""
+        return self._find().next_key()
+
+    def seed(self, key: int | jax.Array) -> KeyStream:
+        """A key-stream handler starting at `key` (an int, a typed key or a raw key)."""
+        return KeyStream(self, _as_key(key, self))
+
+
+class KeyState(NamedTuple):
+    """The state of a key stream: what ``hs[stream]`` returns."""
+
+    base_key: jax.Array
+    counter: int | jax.Array
+
+
+@attrs.define(eq=False)
+class KeyStream(Handler[RandomKey]):
+    """The handler of a :class:`RandomKey`.
+
+    The counter is `dynamic + offset`: `dynamic` is `None` while the counter is known
+    in Python (then it is the int `offset`), and an int32 array once it is not (after
+    an `effax.cond` whose branches draw different numbers of keys, or a
+    `while_loop`). `drawn` counts the draws since this handler was made, or is `None`
+    once that number is no longer known at trace time.
+    """
+
+    effect: RandomKey
+    base_key: jax.Array
+    offset: int = 0
+    dynamic: jax.Array | None = None
+    drawn: int | None = 0
+    _tokens: list[Any] = attrs.field(factory=list, init=False, repr=False)
+    _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
+
+    @property
+    def counter(self) -> int | jax.Array:
+        if self.dynamic is None:
+            return self.offset
+        return self.dynamic if self.offset == 0 else self.dynamic + self.offset
+
+    @property
+    def value(self) -> KeyState:
+        return KeyState(self.base_key, self.counter)
+
+    def next_key(self) -> jax.Array:
+        key = jax.random.fold_in(self.base_key, self.counter)
+        self.offset += 1
+        if self.drawn is not None:
+            self.drawn += 1
+        return key
+
+    def export(self) -> Export:
+        return Export(const=self.base_key, carry=self.counter)
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> KeyStream:
+        if isinstance(carry, int):
+            return cls(effect, const, offset=carry)
+        return cls(effect, const, dynamic=carry)
+
+    def outcome(self, *, carry_required: bool) -> Outcome:
+        if self.drawn is not None and not carry_required:
+            return Outcome(static=self.drawn)
+        return Outcome(static=self.drawn, carry=jnp.asarray(self.counter, jnp.int32))
+
+    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
+        if outcome.static is not None and steps is not None:
+            drawn = steps * int(outcome.static)  # type: ignore[call-overload]
+            self.offset += drawn
+            if self.drawn is not None:
+                self.drawn += drawn
+        else:
+            self.dynamic = outcome.carry
+            self.offset = 0
+            self.drawn = None
+
+
+# --- Emit -------------------------------------------------------------------------
+
+
+class Emit(Effect["Collector[T]"], Generic[T]):
+    """A writer: library code emits values, the handler collects them in order.
+
+    Values emitted inside a compiled function come out as its outputs; inside an
+    ``effax.scan`` each emit site's values are stacked along a new leading axis.
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> log = effax.Emit[int]("log")
+    >>> with log.collect() as collected:
+    ...     log.emit(1)
+    ...     log.emit(2)
+    >>> collected.values
+    [1, 2]
+
+    ```
+    """
+
+    __slots__ = ()
+
+    def __init__(self, name: str) -> None:
+        _init_effect(self, name)
+
+    @property
+    def handler_hint(self) -> str:  # type: ignore[override]
+        return f"{self.name}.collect()"
+
+    def emit(self, value: T) -> None:
+        """Append `value` to the innermost collector."""
+        self._find_for_write(value).values.append(value)
+
+    def collect(self) -> Collector[T]:
+        """A handler collecting the emitted values in `.values`."""
+        return Collector(self)
+
+
+@attrs.define(eq=False)
+class Collector(Handler[Emit[T]]):
+    """The handler of an :class:`Emit`: `.values` lists what was emitted, in order."""
+
+    effect: Emit[T]
+    values: list[T] = attrs.field(factory=list)
+    _tokens: list[Any] = attrs.field(factory=list, init=False, repr=False)
+    _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
+
+    @property
+    def value(self) -> list[T]:
+        return self.values
+
+    def export(self) -> Export:
+        return Export()
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Collector[T]:
+        return cls(effect)
+
+    def outcome(self, *, carry_required: bool) -> Outcome:
+        return Outcome(values=tuple(self.values))
+
+    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
+        self.values.extend(outcome.values)
+
+
+rng = RandomKey("rng")
+"""The default key stream, used by `effax.random` when no `stream=` is given."""
+
+
+# --- installing several handlers ----------------------------------------------------
+
+
+class Handlers(Mapping[Effect[Any], Any]):
+    """The installed handlers, keyed by effect: ``hs[effect]`` is that handler's state.
+
+    For a `State` it is the (final) value, for an `Emit` the list of collected
+    values, for an `Ask` the provided value, for a `RandomKey` its `KeyState`.
+    """
+
+    __slots__ = ("_handlers", "_tokens")
+
+    def __init__(self, handlers: tuple[Handler[Any], ...]) -> None:
+        for handler in handlers:
+            if not isinstance(handler, Handler):
+                raise TypeError(
+                    "effax.handlers(...) takes handlers (e.g. `temperature.provide(0.5)`, "
+                    f"`steps.init(0)`), but got {type(handler).__name__}: {handler!r}."
+                )
+        self._handlers = {h.effect: h for h in handlers}
+        self._tokens: list[Any] = []
+
+    @overload
+    def __getitem__(self, effect: State[S]) -> S: ...
+    @overload
+    def __getitem__(self, effect: Emit[T]) -> list[T]: ...
+    @overload
+    def __getitem__(self, effect: Ask[T]) -> T: ...
+    @overload
+    def __getitem__(self, effect: RandomKey) -> KeyState: ...
+    @overload
+    def __getitem__(self, effect: Effect[Any]) -> Any: ...
+    def __getitem__(self, effect: Effect[Any]) -> Any:
+        try:
+            return self._handlers[effect].value
+        except KeyError:
+            raise KeyError(f"No handler for {effect!r} among these handlers.") from None
+
+    def handler(self, effect: Effect[H]) -> H:
+        """The handler object installed for `effect`."""
+        return self._handlers[effect]  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator[Effect[Any]]:
+        return iter(self._handlers)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def __enter__(self) -> Handlers:
+        self._tokens.append(_context.push(tuple(self._handlers.values())))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _context.pop(self._tokens.pop())
+
+
+def handlers(*handlers: Handler[Any]) -> Handlers:
+    """Install several handlers at once (later ones innermost).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> scale = effax.Ask[float]("scale")
+    >>> total = effax.State[jnp.ndarray]("total")
+    >>> with effax.handlers(scale.provide(2.0), total.init(jnp.float32(0))) as hs:
+    ...     total.set(total.get() + scale.ask())
+    ...     total.set(total.get() + scale.ask())
+    >>> float(hs[total])
+    4.0
+
+    ```
+    """
+    return Handlers(handlers)

@@ -1,0 +1,537 @@
+"""`handle`, `jit` and `plumb_and_transform`: crossing a transformation with handlers.
+
+The pattern underneath all of them is the *double wrapper*: outside the
+transformation, compute what the function reads from its context; pass it in as an
+explicit argument; inside, re-install it as context and run the function; return
+what the context gained as an extra output; outside again, write it back.
+"""
+
+from __future__ import annotations
+
+import functools as ft
+import inspect
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from contextlib import ExitStack
+from typing import Any, ParamSpec, TypeVar, overload
+
+import jax
+import jax.numpy as jnp
+
+from . import _context, _trace
+from ._effects import Effect, Handler, NeedsEffect, Outcome, Replumb, _Marker
+from ._errors import EffectLeakError, StateTypeError
+
+__all__ = ["handle", "jit", "plumb_and_transform"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Transform = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+_ARGNUM_KEYWORDS = ("static_argnums", "donate_argnums")
+
+
+# --- applying a transformation to the wrapper ---------------------------------------
+
+
+def _shift_argnums(argnums: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
+    if argnums is None:
+        return None
+    if isinstance(argnums, int):
+        return argnums + 1 if argnums >= 0 else argnums
+    return tuple(i + 1 if i >= 0 else i for i in argnums)
+
+
+def _apply_transform(
+    transform: Transform, wrapper: Callable[..., Any], fn: Callable[..., Any]
+) -> Callable[..., Any]:
+    """Apply `transform` to `wrapper(extra, *args, **kwargs)`, which wraps `fn`.
+
+    `wrapper` gets `fn`'s signature with one positional-only parameter prepended, so
+    transformations that read signatures (``jax.jit``'s `static_argnames`) see `fn`'s
+    parameters. Argument indices given through ``functools.partial(jax.jit, ...)``
+    (`static_argnums`, `donate_argnums`) refer to `fn`'s parameters and are shifted
+    past the extra argument here.
+    """
+    try:
+        sig = inspect.signature(fn)
+        params = list(sig.parameters.values())
+        extra = inspect.Parameter("_effax_plumbed", inspect.Parameter.POSITIONAL_ONLY)
+        params = [extra, *params]
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        pass
+    if isinstance(transform, ft.partial) and any(k in transform.keywords for k in _ARGNUM_KEYWORDS):
+        keywords = dict(transform.keywords)
+        for name in _ARGNUM_KEYWORDS:
+            if name in keywords:
+                keywords[name] = _shift_argnums(keywords[name])
+        transform = ft.partial(transform.func, *transform.args, **keywords)
+    transformed = transform(wrapper)
+    if not callable(transformed):
+        raise TypeError(
+            f"transform_to_apply must return a callable, but {transform!r} returned "
+            f"{type(transformed).__name__}."
+        )
+    return transformed
+
+
+def _check_callable(value: Any, argument: str) -> None:
+    if not callable(value):
+        raise TypeError(f"{argument} must be callable, but got {type(value).__name__}: {value!r}.")
+
+
+# --- plumb_and_transform -----------------------------------------------------------
+
+
+@overload
+def plumb_and_transform(
+    callable_to_transform: None = None,
+    *,
+    transform_to_apply: Transform,
+    compute_extra_input_before: Callable[[], Any],
+    create_context_managers_after: Callable[[Any], Iterable[Any]],
+    compute_extra_output_inside: Callable[[], Any] | None = None,
+    receive_extra_output_after: Callable[[Any], None] | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+@overload
+def plumb_and_transform(
+    callable_to_transform: Callable[P, R],
+    *,
+    transform_to_apply: Transform,
+    compute_extra_input_before: Callable[[], Any],
+    create_context_managers_after: Callable[[Any], Iterable[Any]],
+    compute_extra_output_inside: Callable[[], Any] | None = None,
+    receive_extra_output_after: Callable[[Any], None] | None = None,
+) -> Callable[P, R]: ...
+def plumb_and_transform(
+    callable_to_transform: Callable[P, R] | None = None,
+    *,
+    transform_to_apply: Transform,
+    compute_extra_input_before: Callable[[], Any],
+    create_context_managers_after: Callable[[Any], Iterable[Any]],
+    compute_extra_output_inside: Callable[[], Any] | None = None,
+    receive_extra_output_after: Callable[[Any], None] | None = None,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Transform a function that reads context, plumbing the context in (and out).
+
+    Each call of the returned function:
+
+    1. calls `compute_extra_input_before()` outside the transformation (e.g. reads a
+       context variable) to get an *extra input*, a pytree;
+    2. calls the transformed wrapper with the extra input as an explicit argument;
+       inside, the wrapper enters the context managers returned by
+       `create_context_managers_after(extra_input)` and calls the function;
+    3. if `compute_extra_output_inside` is given, calls it inside (after the function
+       returned, with the context managers still entered) and returns its result as
+       an *extra output* alongside the function's result;
+    4. outside again, hands the extra output to `receive_extra_output_after`.
+
+    **Arguments:**
+
+    - `callable_to_transform`: the function; omit it to use this as a decorator.
+    - `transform_to_apply`: e.g. ``jax.jit``, ``functools.partial(jax.jit,
+      static_argnums=...)`` (indices refer to the function's own parameters), or
+      ``jax.checkpoint``.
+    - `compute_extra_input_before`: ``() -> extra_input``.
+    - `create_context_managers_after`: ``extra_input -> iterable of context managers``.
+    - `compute_extra_output_inside`: ``() -> extra_output``, optional.
+    - `receive_extra_output_after`: ``extra_output -> None``; required with
+      `compute_extra_output_inside`.
+
+    **Returns:** a function with the same signature as `callable_to_transform`.
+
+    **Example:**
+
+    ```python
+    >>> import jax, jax.numpy as jnp, effax
+    >>> x_var = effax.JitAwareContextVar[jax.Array]("x")
+    >>> @effax.plumb_and_transform(
+    ...     transform_to_apply=jax.jit,
+    ...     compute_extra_input_before=x_var.get,
+    ...     create_context_managers_after=lambda x: [x_var.set_on_enter(x)],
+    ... )
+    ... def log_x():
+    ...     return jnp.log(x_var.get())
+    >>> with x_var.set_on_enter(jnp.e):
+    ...     float(log_x())
+    1.0
+
+    ```
+    """
+    if callable_to_transform is None:
+        return ft.partial(  # type: ignore[return-value]
+            plumb_and_transform,
+            transform_to_apply=transform_to_apply,
+            compute_extra_input_before=compute_extra_input_before,
+            create_context_managers_after=create_context_managers_after,
+            compute_extra_output_inside=compute_extra_output_inside,
+            receive_extra_output_after=receive_extra_output_after,
+        )
+    fn = callable_to_transform
+    _check_callable(fn, "callable_to_transform")
+    _check_callable(transform_to_apply, "transform_to_apply")
+    _check_callable(compute_extra_input_before, "compute_extra_input_before")
+    _check_callable(create_context_managers_after, "create_context_managers_after")
+    if (compute_extra_output_inside is None) != (receive_extra_output_after is None):
+        raise TypeError(
+            "compute_extra_output_inside and receive_extra_output_after go together: "
+            "pass both to plumb a value out, or neither."
+        )
+    if compute_extra_output_inside is not None:
+        _check_callable(compute_extra_output_inside, "compute_extra_output_inside")
+        _check_callable(receive_extra_output_after, "receive_extra_output_after")
+
+    def wrapper(extra_input: Any, /, *args: Any, **kwargs: Any) -> Any:
+        managers = create_context_managers_after(extra_input)
+        try:
+            managers = list(managers)
+        except TypeError:
+            raise TypeError(
+                "create_context_managers_after must return an iterable of context "
+                f"managers, but returned {type(managers).__name__}."
+            ) from None
+        with ExitStack() as stack:
+            for manager in managers:
+                if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
+                    raise TypeError(
+                        "create_context_managers_after must return context managers, but "
+                        f"one item is a {type(manager).__name__}: {manager!r}."
+                    )
+                stack.enter_context(manager)
+            out = fn(*args, **kwargs)
+            if compute_extra_output_inside is None:
+                return out
+            return out, compute_extra_output_inside()
+
+    transformed = _apply_transform(transform_to_apply, wrapper, fn)
+
+    @ft.wraps(fn)
+    def plumbed(*args: Any, **kwargs: Any) -> Any:
+        result = transformed(compute_extra_input_before(), *args, **kwargs)
+        if receive_extra_output_after is None:
+            return result
+        out, extra_output = result
+        receive_extra_output_after(extra_output)
+        return out
+
+    return plumbed
+
+
+# --- handle ---------------------------------------------------------------------------
+
+
+class _StaticOut:
+    """A pytree node with no leaves: carries trace-time Python values out of a
+    transformed function in its tree structure, so they come back with every call
+    of a cached compiled function at no device cost."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+jax.tree_util.register_pytree_node(
+    _StaticOut, lambda s: ((), s.value), lambda value, _: _StaticOut(value)
+)
+
+
+def _signature(tree: Any) -> tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]:
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves)
+
+
+def check_carry(effect: Effect[Any], before: Any, after: Any) -> None:
+    """Raise `StateTypeError` if a carry changed structure, shape or dtype."""
+    if after is None or before is None:
+        return
+    sig_before, sig_after = _signature(before), _signature(after)
+    if sig_before != sig_after:
+        raise StateTypeError(
+            f"{effect!r} changed its type across a traced boundary: it entered as "
+            f"{_describe(sig_before)} and left as {_describe(sig_after)}. A state must "
+            "keep its pytree structure, shapes and dtypes; cast the new value (e.g. "
+            "`x.astype(old.dtype)`) or initialise the state with the final type."
+        )
+
+
+def _describe(sig: tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]) -> str:
+    treedef, leaves = sig
+    avals = ", ".join(f"{jnp.dtype(d).name}{list(s)}" for s, d in leaves)
+    return f"{treedef} with leaves [{avals}]"
+
+
+Plan = tuple[tuple[Effect[Any], type[Handler[Any]], Hashable], ...]
+
+
+def run_inside(
+    plan: Plan,
+    dynamic: Sequence[tuple[Any, Any]],
+    fn: Callable[..., R],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    track: set[Effect[Any]] | None = None,
+    replumb: Iterable[Effect[Any]] = (),
+    owner: object = None,
+) -> tuple[R, list[Handler[Any]]]:
+    """Rebuild the plumbed handlers inside a region, run `fn` under them.
+
+    Returns `fn`'s result and the inner handlers. With `track`, the inner handlers
+    record into it which of them were performed; effects in `replumb` (visible
+    outside but not plumbed) raise `NeedsEffect` when performed.
+    """
+    inner = tuple(
+        cls.rebuild(effect, static, const, carry)
+        for (effect, cls, static), (const, carry) in zip(plan, dynamic, strict=True)
+    )
+    stack = _context.current_stack()
+    entries: dict[Effect[Any], _context.Entry] = {}
+    if replumb:
+        marker = Replumb(owner)
+        for effect in replumb:
+            entries[effect] = (stack[effect][0], marker)
+    ref = (
+        _trace.current_trace_ref() if track is None else _Marker(_trace.current_trace_ref(), track)
+    )
+    for handler in inner:
+        entries[handler.effect] = (handler, ref)
+    token = _context.push_entries(entries)
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        _context.pop(token)
+    return out, list(inner)
+
+
+def outcomes_of(
+    plan: Plan,
+    dynamic: Sequence[tuple[Any, Any]],
+    inner: Sequence[Handler[Any]],
+    *,
+    carry_required: bool,
+) -> list[Outcome]:
+    results = []
+    for (effect, _, _), (_, carry), handler in zip(plan, dynamic, inner, strict=True):
+        result = handler.outcome(carry_required=carry_required)
+        check_carry(effect, carry, result.carry)
+        results.append(result)
+    return results
+
+
+class _Handled:
+    """The state of one `handle(fn, *handlers, transform=...)`."""
+
+    __slots__ = ("cache", "fn", "own", "own_effects", "row", "transform")
+
+    def __init__(
+        self, fn: Callable[..., Any], own: tuple[Handler[Any], ...], transform: Transform | None
+    ) -> None:
+        self.fn = fn
+        self.own = own
+        self.own_effects = frozenset(h.effect for h in own)
+        self.transform = transform
+        # The outer effects `fn` was seen to perform. Until the first trace it is
+        # None and every visible handler is plumbed in; afterwards only these are,
+        # so unrelated handlers around the call cost nothing.
+        # A dict used as an insertion-ordered set: the plan's order (and so the
+        # compilation cache key) must not change from call to call.
+        self.row: dict[Effect[Any], None] | None = None
+        self.cache: dict[Hashable, Callable[..., Any]] = {}
+
+    def handlers(self, stack: _context.Stack) -> list[Handler[Any]]:
+        """The handlers to plumb in: the outer ones `fn` needs, then its own."""
+        row = self.row
+        candidates = stack if row is None or self.transform is None else row
+        ref = _trace.current_trace_ref()
+        outer: list[Handler[Any]] = []
+        for effect in candidates:
+            if effect in self.own_effects:
+                continue
+            entry = stack.get(effect)
+            if entry is None:
+                continue
+            handler, entry_ref = entry
+            if entry_ref is not ref:
+                if type(entry_ref) is Replumb:
+                    continue
+                if type(entry_ref) is _Marker:
+                    if row is not None and effect in row:
+                        entry_ref.used.add(effect)  # the enclosing region performs it too
+                    entry_ref = entry_ref.ref
+                if entry_ref is not ref and _trace.reachability(entry_ref) != "ok":
+                    if row is not None and effect in row:
+                        effect._find()  # raises the error that explains why
+                    continue
+            outer.append(handler)
+        for handler in self.own:
+            home = getattr(handler, "_home", None)
+            if home is not None and home is not ref and _trace.reachability(home) != "ok":
+                raise EffectLeakError(
+                    f"The handler of {handler.effect!r} passed to effax.handle was created "
+                    "outside the JAX transformation this call is traced in, so its state "
+                    "would be baked in as a constant and written back as a leaked tracer. "
+                    "Call the handled function outside that transformation, or create the "
+                    "handler inside it."
+                )
+        outer.extend(self.own)
+        return outer
+
+    def compiled(self, plan: Plan) -> Callable[..., Any]:
+        try:
+            return self.cache[plan]
+        except KeyError:
+            pass
+        assert self.transform is not None
+        fn = self.fn
+        plumbed = {effect for effect, _, _ in plan}
+
+        def wrapper(dynamic: Any, /, *args: Any, **kwargs: Any) -> Any:
+            # Runs while tracing: visible handlers that were not plumbed in are marked,
+            # so performing one retries the call with it plumbed in.
+            replumb = tuple(e for e in _context.current_stack() if e not in plumbed)
+            used: set[Effect[Any]] = set()
+            out, inner = run_inside(
+                plan, dynamic, fn, args, kwargs, track=used, replumb=replumb, owner=self
+            )
+            results = outcomes_of(plan, dynamic, inner, carry_required=False)
+            self.note_performed(plan, used)
+            return (
+                out,
+                [(r.carry, r.values) for r in results],
+                _StaticOut(tuple(r.static for r in results)),
+            )
+
+        compiled = self.cache[plan] = _apply_transform(self.transform, wrapper, fn)
+        return compiled
+
+    def note_performed(self, plan: Plan, used: set[Effect[Any]]) -> None:
+        if self.row is None:
+            self.row = {}
+        for effect, _, _ in plan:
+            if effect in used and effect not in self.own_effects:
+                self.row[effect] = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        stack = _context.current_stack()
+        while True:
+            handlers = self.handlers(stack)
+            exports = [h.export() for h in handlers]
+            plan: Plan = tuple(
+                (h.effect, type(h), export.static)
+                for h, export in zip(handlers, exports, strict=True)
+            )
+            dynamic = [(export.const, export.carry) for export in exports]
+            if self.transform is None:
+                used: set[Effect[Any]] = set()
+                out, inner = run_inside(plan, dynamic, self.fn, args, kwargs, track=used)
+                results = outcomes_of(plan, dynamic, inner, carry_required=False)
+                self.note_performed(plan, used)
+                break
+            first = self.row is None
+            try:
+                out, dyn_out, statics = self.compiled(plan)(dynamic, *args, **kwargs)
+            except NeedsEffect as need:
+                if need.owner is not self or self.row is None:
+                    raise
+                self.row[need.effect] = None
+                continue
+            if first:
+                self.handlers(stack)  # let enclosing traced regions note what fn performs
+            results = [
+                Outcome(static, carry, values)
+                for static, (carry, values) in zip(statics.value, dyn_out, strict=True)
+            ]
+            break
+        for handler, result in zip(handlers, results, strict=True):
+            handler.absorb(result, steps=1)
+        return out
+
+
+def handle(
+    fn: Callable[P, R], *handlers: Handler[Any], transform: Transform | None = None
+) -> Callable[P, R]:
+    """Run `fn` under `handlers`, optionally across a JAX transformation.
+
+    Returns a function with `fn`'s signature. On each call, `handlers` are installed
+    innermost around `fn`; effects they do not handle are resolved by the handlers
+    around the *call*. With a `transform` (``jax.jit``, ``functools.partial(jax.jit,
+    static_argnums=...)`` whose indices refer to `fn`'s parameters, ``jax.checkpoint``)
+    every handler's values cross it as explicit inputs and outputs: states go in and
+    come back, keys go in and their counters advance, emitted values come out, and
+    static `Ask` values are part of the cache key. Changing a handled value never
+    retraces.
+
+    The handlers passed here are cells: a `State` handler keeps its value from one
+    call to the next, a key stream its counter.
+
+    A call that raises, eagerly or while tracing, leaves every handler as it was
+    before the call.
+
+    The first compiled call plumbs in every visible handler and records which
+    effects `fn` performs; later calls plumb only those (one more trace if that set
+    is smaller), so unrelated handlers around the call cost nothing.
+
+    **Example:**
+
+    ```python
+    >>> import jax, jax.numpy as jnp, effax
+    >>> count = effax.State[jax.Array]("count")
+    >>> def tick():
+    ...     count.modify(lambda n: n + 1)
+    ...     return count.get()
+    >>> cell = count.init(jnp.int32(0))
+    >>> fast_tick = effax.handle(tick, cell, transform=jax.jit)
+    >>> [int(fast_tick()) for _ in range(3)]
+    [1, 2, 3]
+
+    ```
+    """
+    _check_callable(fn, "fn")
+    if transform is not None:
+        _check_callable(transform, "transform")
+    for handler in handlers:
+        if not isinstance(handler, Handler):
+            raise TypeError(
+                "effax.handle(fn, *handlers) takes handlers (e.g. `steps.init(0)`), but "
+                f"got {type(handler).__name__}: {handler!r}."
+            )
+    state = _Handled(fn, handlers, transform)
+
+    @ft.wraps(fn)
+    def handled(*args: P.args, **kwargs: P.kwargs) -> R:
+        return state(*args, **kwargs)  # type: ignore[no-any-return]
+
+    return handled
+
+
+@overload
+def jit(fn: Callable[P, R], /, **jit_kwargs: Any) -> Callable[P, R]: ...
+@overload
+def jit(fn: None = None, /, **jit_kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def jit(
+    fn: Callable[P, R] | None = None, /, **jit_kwargs: Any
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """``effax.handle(fn, transform=functools.partial(jax.jit, **jit_kwargs))``.
+
+    Usable as ``@effax.jit`` or ``@effax.jit(static_argnums=...)``.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> scale = effax.Ask[jnp.ndarray]("scale")
+    >>> @effax.jit
+    ... def f(x):
+    ...     return x * scale.ask()
+    >>> with scale.provide(jnp.float32(3)):
+    ...     float(f(2.0))
+    6.0
+
+    ```
+    """
+    if fn is None:
+        return lambda f: jit(f, **jit_kwargs)
+    transform = ft.partial(jax.jit, **jit_kwargs) if jit_kwargs else jax.jit
+    return handle(fn, transform=transform)

@@ -1,0 +1,222 @@
+"""The one module that touches JAX internals.
+
+effax needs three facts that JAX does not expose publicly:
+
+1. *which trace is current* (``jax._src.core.trace_ctx.trace``),
+2. *how traces nest* (every non-root trace carries ``parent_trace``),
+3. *which traces stage out* (``DynamicJaxprTrace``: jit, pmap, shard_map under jit,
+   control-flow bodies, checkpoint, eval_shape, make_jaxpr).
+
+Everything else in effax is written against the small API below. The module
+self-tests at import: if a future JAX changes these internals, importing effax
+fails with a message naming the installed version and the supported range,
+instead of silently misclassifying a trace (which would let a stale constant
+through ``jax.jit``).
+
+Checked on jax 0.10.2 (Python 3.11) and 0.12.0.1 (Python 3.12).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any, Final, Literal
+
+import jax
+import jax.numpy as jnp
+from jax._src import core as _core
+from jax._src.interpreters import partial_eval as _pe
+
+__all__ = [
+    "SUPPORTED_JAX",
+    "Trace",
+    "TraceRef",
+    "current_trace",
+    "current_trace_ref",
+    "foreign_tracers",
+    "innermost_staging_api",
+    "reachability",
+]
+
+SUPPORTED_JAX: Final = "0.10.x to 0.12.x"
+
+# A trace object and its identity key (a weakref, so that recording a trace in a
+# handler entry does not keep a finished jaxpr trace alive).
+Trace = Any
+TraceRef = Any
+
+_trace_ctx = _core.trace_ctx
+# `trace_state.value` is the current trace's `_weakref` (jax >= 0.10): the cheapest
+# identity key JAX keeps for it (about 0.05 us against 0.09 us for `trace_ctx.trace`).
+_trace_state = _core.trace_state
+_Staging = _pe.DynamicJaxprTrace
+_Tracer = _core.Tracer
+
+Reach = Literal["ok", "staged", "detached"]
+
+
+def current_trace() -> Trace:
+    """The innermost active JAX trace (an ``EvalTrace`` at top level)."""
+    return _trace_ctx.trace
+
+
+def current_trace_ref() -> TraceRef:
+    """A cheap identity key for the current trace."""
+    return _trace_state.value
+
+
+def reachability(set_ref: TraceRef) -> Reach:
+    """Classify reading, from the current trace, a value set under ``set_ref``.
+
+    Walks from the current trace (inclusive) through ``parent_trace`` to the trace
+    where the value was set (exclusive):
+
+    - ``"ok"``: reached without crossing a staging trace (same trace, or only
+      grad / jvp / vjp / linearize / vmap traces in between);
+    - ``"staged"``: a ``DynamicJaxprTrace`` lies in between (jit, a control-flow
+      body, checkpoint, ...): reading would bake a stale constant into the jaxpr;
+    - ``"detached"``: the chain ends without reaching it (eager shard_map, or a
+      value set under a trace that has already finished).
+    """
+    if _trace_state.value is set_ref:
+        return "ok"
+    trace = _trace_ctx.trace
+    staged = False
+    while trace is not None:
+        if trace._weakref is set_ref:
+            return "staged" if staged else "ok"
+        if isinstance(trace, _Staging):
+            staged = True
+        trace = getattr(trace, "parent_trace", None)
+    return "detached"
+
+
+def _ancestors(trace: Trace) -> Iterable[Trace]:
+    while trace is not None:
+        yield trace
+        trace = getattr(trace, "parent_trace", None)
+
+
+def foreign_tracers(leaves: Iterable[Any], set_ref: TraceRef) -> bool:
+    """Whether any leaf is a tracer that must not outlive the current call.
+
+    A tracer may be stored in a handler installed under ``set_ref`` only if its
+    trace is that trace or one of its ancestors (then it stays valid for as long
+    as the handler does). Any other tracer, e.g. a ``JVPTracer`` from a raw
+    ``jax.grad`` around the write, would leak out of its transformation.
+    """
+    allowed: set[int] | None = None
+    for leaf in leaves:
+        if isinstance(leaf, _Tracer):
+            if allowed is None:
+                owner = set_ref()
+                allowed = {id(t) for t in _ancestors(owner)} if owner is not None else set()
+            if id(leaf._trace) not in allowed:
+                return True
+    return False
+
+
+# Public JAX entry points whose Python frames identify the staging transform that
+# is being traced, mapped to the effax wrapper to use instead. Only consulted to
+# word an error message, never to decide anything.
+_STAGING_APIS: Final = {
+    "scan": "effax.scan",
+    "map": "effax.map",
+    "fori_loop": "effax.fori_loop",
+    "while_loop": "effax.while_loop",
+    "cond": "effax.cond",
+    "switch": "effax.switch",
+    "checkpoint": "effax.checkpoint",
+    "remat": "effax.checkpoint",
+    "fun_remat": "effax.checkpoint",
+    "shard_map": "effax.shard_map",
+    "_shard_map": "effax.shard_map",
+    "eval_shape": "effax.handle(fn, transform=jax.eval_shape)",
+    "make_jaxpr": "effax.handle(fn) inside the traced function",
+    "pmap": "effax.shard_map",
+    "_python_pjit_helper": "effax.jit (or effax.handle(fn, transform=jax.jit))",
+    "_cpp_pjit": "effax.jit (or effax.handle(fn, transform=jax.jit))",
+    "cache_miss": "effax.jit (or effax.handle(fn, transform=jax.jit))",
+    "trace": "effax.jit (or effax.handle(fn, transform=jax.jit))",
+}
+
+
+def innermost_staging_api() -> tuple[str, str] | None:
+    """Best effort: ``(jax api, effax wrapper)`` of the staging transform being traced.
+
+    Looks at the Python stack for the outermost JAX frame of the innermost
+    contiguous block of JAX frames (so ``lax.map`` is reported, not the
+    ``lax.scan`` it calls). Returns ``None`` if nothing is recognised.
+    """
+    frame: Any = sys._getframe(1)
+    found: tuple[str, str] | None = None
+    in_jax_block = False
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        is_jax = module.startswith("jax.") or module == "jax"
+        if is_jax:
+            in_jax_block = True
+            name = frame.f_code.co_name
+            if name in _STAGING_APIS:
+                public = {"fun_remat": "checkpoint"}.get(name, name)
+                if _STAGING_APIS[name].startswith("effax.jit"):
+                    public = "jax.jit"
+                found = (public, _STAGING_APIS[name])
+        elif in_jax_block and found is not None:
+            return found
+        elif in_jax_block:
+            in_jax_block = False
+        frame = frame.f_back
+    return found
+
+
+# --- self-test --------------------------------------------------------------------
+
+
+class EffaxInternalsError(ImportError):
+    """JAX's internals changed in a way effax's trace classification cannot follow."""
+
+
+def _self_test() -> None:
+    root = current_trace_ref()
+    seen: dict[str, Reach] = {}
+
+    def probe(name: str) -> Any:
+        def fn(x: Any) -> Any:
+            seen[name] = reachability(root)
+            return x
+
+        return fn
+
+    x = jnp.float32(1.0)
+    jax.jit(probe("jit"))(x)
+    jax.lax.scan(lambda c, _: (probe("scan")(c), None), x, None, length=1)
+    jax.checkpoint(probe("checkpoint"))(x)
+    jax.vmap(probe("vmap"))(jnp.ones(1))
+    jax.grad(lambda y: probe("grad")(y) * 1.0)(x)
+    expected: dict[str, Reach] = {
+        "jit": "staged",
+        "scan": "staged",
+        "checkpoint": "staged",
+        "vmap": "ok",
+        "grad": "ok",
+    }
+    if _trace_ctx.trace._weakref is not root:
+        seen["trace_state"] = "detached"  # the cheap identity key is not the trace's
+    if seen != expected or reachability(root) != "ok":
+        raise EffaxInternalsError(
+            f"effax cannot classify JAX traces with the installed jax {jax.__version__} "
+            f"(supported: {SUPPORTED_JAX}): expected {expected}, observed {seen}. "
+            "Install a supported JAX version, or report this at effax's issue tracker."
+        )
+
+
+try:
+    _self_test()
+except EffaxInternalsError:
+    raise
+except Exception as exc:  # pragma: no cover - only on an unsupported JAX
+    raise EffaxInternalsError(
+        f"effax's self-test of JAX internals failed on jax {jax.__version__} "
+        f"(supported: {SUPPORTED_JAX}): {type(exc).__name__}: {exc}"
+    ) from exc

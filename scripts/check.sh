@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Every check effax has, on both supported JAX lines, from a fresh clone:
+#   ruff (lint + format), mypy --strict over effax/, the test suite (docstring
+#   examples included) on the default python3 (jax 0.10.x on 3.11) and on a
+#   Python 3.12 (jax 0.12.x).
+# Environments are created under .venvs/ on first use and reused afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_py312() {
+  for candidate in python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do
+    if command -v "$candidate" >/dev/null 2>&1; then command -v "$candidate"; return 0; fi
+  done
+  return 1
+}
+
+make_env() {  # make_env NAME PYTHON
+  local env=".venvs/$1" py="$2"
+  if [ ! -x "$env/bin/python" ]; then
+    echo "==> creating $env with $($py --version)"
+    "$py" -m venv "$env"
+  fi
+  "$env/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+  "$env/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
+}
+
+run_suite() {  # run_suite NAME
+  local env=".venvs/$1"
+  echo "==> $1: $("$env/bin/python" -c 'import sys, jax; print(f"python {sys.version.split()[0]}, jax {jax.__version__}")')"
+  "$env/bin/python" -m pytest "${PYTEST_ARGS[@]}"
+}
+
+PYTEST_ARGS=("$@")
+export XLA_FLAGS="${XLA_FLAGS:---xla_force_host_platform_device_count=8}"
+
+PY_DEFAULT="$(command -v python3)"
+if ! PY312="$(find_py312)"; then
+  echo "ERROR: no Python 3.12 found (looked for python3.12 on PATH and under ~/.pyenv)." >&2
+  echo "ERROR: effax must be tested on jax 0.12.x, which needs Python >= 3.12." >&2
+  echo "ERROR: install one (e.g. 'pyenv install 3.12') and re-run." >&2
+  exit 3
+fi
+
+make_env default "$PY_DEFAULT"
+make_env py312 "$PY312"
+
+echo "==> ruff"
+.venvs/default/bin/ruff check .
+.venvs/default/bin/ruff format --check .
+echo "==> mypy --strict effax/"
+.venvs/default/bin/mypy --strict effax
+.venvs/py312/bin/mypy --strict effax
+
+run_suite default
+run_suite py312
+echo "==> all checks passed"

@@ -1,0 +1,207 @@
+"""Every error effax raises, with its message pinned, and failure safety."""
+
+import functools as ft
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import effax as fx
+
+temperature = fx.Ask[jax.Array]("temperature")
+steps = fx.State[jax.Array]("steps")
+dropout = fx.RandomKey("dropout")
+aux = fx.Emit[jax.Array]("aux")
+
+
+@pytest.mark.parametrize(
+    ("perform", "hint"),
+    [
+        (temperature.ask, r"temperature\.provide\(value\)"),
+        (steps.get, r"steps\.init\(value\)"),
+        (dropout.next_key, r"dropout\.seed\(key\)"),
+        (lambda: aux.emit(jnp.ones(())), r"aux\.collect\(\)"),
+    ],
+)
+def test_unhandled_effect_names_effect_and_handler(perform, hint):
+    with pytest.raises(fx.UnhandledEffectError, match=f"was performed with no handler.*{hint}"):
+        perform()
+    assert issubclass(fx.UnhandledEffectError, LookupError)
+
+
+def test_unhandled_inside_handle_jit():
+    with pytest.raises(fx.UnhandledEffectError, match=r"State\('steps'\)"):
+        fx.jit(lambda: steps.get())()
+
+
+RAW = {
+    "jit": (lambda f: jax.jit(f)(jnp.float32(1)), r"inside jax\.jit.*Use effax\.jit"),
+    "scan": (
+        lambda f: jax.lax.scan(lambda c, _: (f(c), None), jnp.float32(1), None, length=2),
+        r"inside scan.*Use effax\.scan",
+    ),
+    "cond": (
+        lambda f: jax.lax.cond(True, f, lambda x: x, jnp.float32(1)),
+        r"inside cond.*Use effax\.cond",
+    ),
+    "while_loop": (
+        lambda f: jax.lax.while_loop(lambda c: c < 2, f, jnp.float32(1)),
+        r"inside while_loop.*Use effax\.while_loop",
+    ),
+    "fori_loop": (
+        lambda f: jax.lax.fori_loop(0, 2, lambda i, c: f(c), jnp.float32(1)),
+        r"inside fori_loop.*Use effax\.fori_loop",
+    ),
+    "map": (lambda f: jax.lax.map(f, jnp.ones(2)), r"inside map.*Use effax\.map"),
+    "checkpoint": (
+        lambda f: jax.checkpoint(f)(jnp.float32(1)),
+        r"inside checkpoint.*Use effax\.checkpoint",
+    ),
+}
+
+
+@pytest.mark.parametrize(("run", "message"), RAW.values(), ids=RAW.keys())
+def test_raw_staging_transform_reading_outer_handler_raises(run, message):
+    with temperature.provide(jnp.float32(2)):
+        with pytest.raises(fx.EffectLeakError, match=rf"Ask\('temperature'\).*{message}"):
+            run(lambda x: x * temperature.ask())
+
+
+@pytest.mark.parametrize(
+    ("transform", "value"),
+    [
+        (jax.jit, lambda n: n.astype(jnp.float32)),
+        (jax.jit, lambda n: jnp.stack([n, n])),
+        (jax.jit, lambda n: (n, n)),
+        (jax.checkpoint, lambda n: n.astype(jnp.float32)),
+    ],
+    ids=["dtype", "shape", "structure", "checkpoint-dtype"],
+)
+def test_state_type_change_across_compiled_boundary(transform, value):
+    def fn():
+        steps.set(value(steps.get()))
+
+    with (
+        steps.init(jnp.int32(1)) as cell,
+        pytest.raises(
+            fx.StateTypeError, match=r"State\('steps'\) changed its type.*entered as.*int32"
+        ),
+    ):
+        fx.handle(fn, transform=transform)()
+    assert cell.value.dtype == jnp.int32 and int(cell.value) == 1
+
+
+def test_state_type_change_is_fine_eagerly():
+    with steps.init(jnp.int32(1)) as cell:
+        steps.set(jnp.float32(2))
+    assert cell.value.dtype == jnp.float32
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [jax.grad, lambda f: jax.vmap(f)],
+    ids=["grad", "vmap"],
+)
+def test_write_of_inner_tracer_to_outer_handler_raises(transform):
+    def fn(x):
+        steps.set(x * 2)
+        return x * 1.0
+
+    with steps.init(jnp.float32(0)) as cell:
+        with pytest.raises(fx.EffectLeakError, match=r"Writing a traced value to State\('steps'\)"):
+            transform(fn)(jnp.float32(1) if transform is jax.grad else jnp.ones(2))
+    assert float(cell.value) == 0.0
+
+
+def test_emit_of_inner_tracer_raises():
+    def fn(x):
+        aux.emit(x)
+        return x
+
+    with aux.collect() as collected, pytest.raises(fx.EffectLeakError, match=r"Emit\('aux'\)"):
+        jax.grad(fn)(jnp.float32(1))
+    assert collected.values == []
+
+
+def test_reads_pass_through_grad_and_vmap():
+    def fn(x):
+        return x * temperature.ask() + steps.get()
+
+    with temperature.provide(jnp.float32(3)), steps.init(jnp.float32(1)):
+        assert float(jax.grad(fn)(jnp.float32(2))) == 3.0
+        np.testing.assert_array_equal(jax.vmap(fn)(jnp.ones(2)), [4.0, 4.0])
+
+
+def test_handle_with_own_cell_called_inside_raw_jit_raises():
+    cell = steps.init(jnp.int32(0))
+    tick = fx.handle(lambda: steps.modify(lambda n: n + 1), cell, transform=jax.jit)
+    with pytest.raises(fx.EffectLeakError, match=r"handler of State\('steps'\) passed to effax"):
+        jax.jit(tick)()
+    assert int(cell.value) == 0
+
+
+class Boom(Exception):
+    pass
+
+
+def _snapshot(hs):
+    return (
+        int(hs[steps]),
+        hs[dropout].counter,
+        [float(v) for v in hs[aux]],
+    )
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [None, ft.partial(jax.jit, static_argnums=0), ft.partial(jax.checkpoint, static_argnums=(0,))],
+    ids=["eager", "jit", "checkpoint"],
+)
+@pytest.mark.parametrize("where", ["first-call", "later-call"])
+def test_exception_inside_handled_call_leaves_handlers_untouched(transform, where):
+    own = fx.State[jax.Array]("own")
+    own_cell = own.init(jnp.int32(5))
+
+    def fn(fail):
+        steps.modify(lambda n: n + 1)
+        own.modify(lambda n: n + 1)
+        dropout.next_key()
+        aux.emit(jnp.float32(1))
+        if fail:
+            raise Boom("inside")
+        return steps.get()
+
+    handled = fx.handle(fn, own_cell, transform=transform)
+    with fx.handlers(steps.init(jnp.int32(0)), dropout.seed(0), aux.collect()) as hs:
+        if where == "later-call":
+            handled(False)  # a successful call first: the failure is in a new trace
+        before = _snapshot(hs), int(own_cell.value)
+        with pytest.raises(Boom, match="inside"):
+            handled(True)
+        assert (_snapshot(hs), int(own_cell.value)) == before
+        handled(False)  # and the handlers still work afterwards
+        assert _snapshot(hs)[0] == before[0][0] + 1
+        assert int(own_cell.value) == before[1] + 1
+
+
+def test_exception_while_tracing_leaves_handlers_untouched():
+    def fn(x):
+        steps.modify(lambda n: n + 1)
+        dropout.next_key()
+        return jnp.dot(x, jnp.ones(3))  # shape error while tracing for x of shape (2,)
+
+    with fx.handlers(steps.init(jnp.int32(0)), dropout.seed(0)) as hs:
+        fast = fx.jit(fn)
+        fast(jnp.ones(3))
+        before = int(hs[steps]), hs[dropout].counter
+        with pytest.raises(TypeError):
+            fast(jnp.ones(2))
+        assert (int(hs[steps]), hs[dropout].counter) == before
+
+
+def test_plumb_and_transform_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="fn must be callable"):
+        fx.handle(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes handlers"):
+        fx.handle(lambda: None, steps)  # type: ignore[arg-type]
