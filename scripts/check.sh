@@ -6,22 +6,17 @@
 # Environments are created under .venvs/ on first use and reused afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/_env.sh
 
 find_py312() {
-  for candidate in python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do
-    if command -v "$candidate" >/dev/null 2>&1; then command -v "$candidate"; return 0; fi
+  local candidate
+  for candidate in "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12 python3.12; do
+    # a pyenv shim can exist without a runnable 3.12 behind it: ask the interpreter
+    if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then
+      command -v "$candidate"; return 0
+    fi
   done
   return 1
-}
-
-make_env() {  # make_env NAME PYTHON
-  local env=".venvs/$1" py="$2"
-  if [ ! -x "$env/bin/python" ]; then
-    echo "==> creating $env with $($py --version)"
-    "$py" -m venv "$env"
-  fi
-  "$env/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  "$env/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
 }
 
 run_suite() {  # run_suite NAME
@@ -41,8 +36,8 @@ if ! PY312="$(find_py312)"; then
   exit 3
 fi
 
-make_env default "$PY_DEFAULT"
-make_env py312 "$PY312"
+make_env default "$PY_DEFAULT" "[dev]"
+make_env py312 "$PY312" "[dev]"
 
 echo "==> ruff"
 .venvs/default/bin/ruff check .

@@ -1,0 +1,10 @@
+# Sourced by the scripts here: create (once) and update a virtual environment.
+make_env() {  # make_env NAME PYTHON EXTRAS
+  local env=".venvs/$1" py="$2" extras="${3:-}"
+  if [ ! -x "$env/bin/python" ]; then
+    echo "==> creating $env with $("$py" --version)"
+    "$py" -m venv "$env"
+    "$env/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+  fi
+  "$env/bin/python" -m pip install -q --disable-pip-version-check -e ".${extras}"
+}
