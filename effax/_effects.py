@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar, overload
+from typing import Any, ClassVar, Generic, NamedTuple, NoReturn, TypeVar, overload
 
 import attrs
 import jax
@@ -170,14 +170,28 @@ class _Marker:
         self.used = used
 
 
-class Replumb:
-    """Stack-entry marker of a handler visible around a traced call but not plumbed
-    into it: performing its effect raises `NeedsEffect` for the call's `owner`."""
+class Blocked(abc.ABC):
+    """Stack-entry marker that hides a handler: performing its effect calls
+    `raise_for`, and `handle` does not plumb it. Subclasses say why."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def raise_for(self, effect: Effect[Any]) -> NoReturn:
+        """Raise the exception for performing `effect` here."""
+
+
+class Replumb(Blocked):
+    """A handler visible around a traced call but not plumbed into it: performing
+    its effect raises `NeedsEffect` so that the call retries with it plumbed in."""
 
     __slots__ = ("owner",)
 
     def __init__(self, owner: object) -> None:
         self.owner = owner
+
+    def raise_for(self, effect: Effect[Any]) -> NoReturn:
+        raise NeedsEffect(effect, self.owner)
 
 
 class NeedsEffect(BaseException):
@@ -217,8 +231,8 @@ class Effect(Generic[H]):
         return handler  # type: ignore[return-value]
 
     def _check_entry(self, ref: Any) -> None:
-        if type(ref) is Replumb:
-            raise NeedsEffect(self, ref.owner)
+        if isinstance(ref, Blocked):
+            ref.raise_for(self)
         if type(ref) is _Marker:
             ref.used.add(self)
             ref = ref.ref

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _context, _trace
-from ._effects import Effect, Handler, NeedsEffect, Outcome, Replumb, _Marker
+from ._effects import Blocked, Effect, Handler, NeedsEffect, Outcome, Replumb, _Marker
 from ._errors import EffectLeakError, StateTypeError
 
 __all__ = ["handle", "jit", "plumb_and_transform"]
@@ -354,7 +354,7 @@ class _Handled:
                 continue
             handler, entry_ref = entry
             if entry_ref is not ref:
-                if type(entry_ref) is Replumb:
+                if isinstance(entry_ref, Blocked):
                     continue
                 if type(entry_ref) is _Marker:
                     if row is not None and effect in row:
