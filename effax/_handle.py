@@ -338,6 +338,9 @@ class _Handled:
         # A dict used as an insertion-ordered set: the plan's order (and so the
         # compilation cache key) must not change from call to call.
         self.row: dict[Effect[Any], None] | None = None
+        declared = getattr(fn, "__effax_row__", None)  # set by `effax.uses`
+        if declared is not None:
+            self.row = {e: None for e in declared if e not in self.own_effects}
         self.cache: dict[Hashable, Callable[..., Any]] = {}
 
     def handlers(self, stack: _context.Stack) -> list[Handler[Any]]:
