@@ -15,11 +15,11 @@ from contextlib import ExitStack
 from typing import Any, ParamSpec, TypeVar, overload
 
 import jax
-import jax.numpy as jnp
 
 from . import _context, _trace
-from ._effects import Blocked, Effect, Handler, NeedsEffect, Outcome, Replumb, _Marker
-from ._errors import EffectLeakError, StateTypeError
+from ._effects import Effect, Handler, NeedsEffect, Outcome
+from ._errors import EffectLeakError
+from ._region import Plan, export_all, outcomes_of, outer_handlers, run_inside
 
 __all__ = ["handle", "jit", "plumb_and_transform"]
 
@@ -237,89 +237,6 @@ jax.tree_util.register_pytree_node(
 )
 
 
-def _signature(tree: Any) -> tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]:
-    leaves, treedef = jax.tree.flatten(tree)
-    return treedef, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves)
-
-
-def check_carry(effect: Effect[Any], before: Any, after: Any) -> None:
-    """Raise `StateTypeError` if a carry changed structure, shape or dtype."""
-    if after is None or before is None:
-        return
-    sig_before, sig_after = _signature(before), _signature(after)
-    if sig_before != sig_after:
-        raise StateTypeError(
-            f"{effect!r} changed its type across a traced boundary: it entered as "
-            f"{_describe(sig_before)} and left as {_describe(sig_after)}. A state must "
-            "keep its pytree structure, shapes and dtypes; cast the new value (e.g. "
-            "`x.astype(old.dtype)`) or initialise the state with the final type."
-        )
-
-
-def _describe(sig: tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]) -> str:
-    treedef, leaves = sig
-    avals = ", ".join(f"{jnp.dtype(d).name}{list(s)}" for s, d in leaves)
-    return f"{treedef} with leaves [{avals}]"
-
-
-Plan = tuple[tuple[Effect[Any], type[Handler[Any]], Hashable], ...]
-
-
-def run_inside(
-    plan: Plan,
-    dynamic: Sequence[tuple[Any, Any]],
-    fn: Callable[..., R],
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    *,
-    track: set[Effect[Any]] | None = None,
-    replumb: Iterable[Effect[Any]] = (),
-    owner: object = None,
-) -> tuple[R, list[Handler[Any]]]:
-    """Rebuild the plumbed handlers inside a region, run `fn` under them.
-
-    Returns `fn`'s result and the inner handlers. With `track`, the inner handlers
-    record into it which of them were performed; effects in `replumb` (visible
-    outside but not plumbed) raise `NeedsEffect` when performed.
-    """
-    inner = tuple(
-        cls.rebuild(effect, static, const, carry)
-        for (effect, cls, static), (const, carry) in zip(plan, dynamic, strict=True)
-    )
-    stack = _context.current_stack()
-    entries: dict[Effect[Any], _context.Entry] = {}
-    if replumb:
-        marker = Replumb(owner)
-        for effect in replumb:
-            entries[effect] = (stack[effect][0], marker)
-    ref = (
-        _trace.current_trace_ref() if track is None else _Marker(_trace.current_trace_ref(), track)
-    )
-    for handler in inner:
-        entries[handler.effect] = (handler, ref)
-    token = _context.push_entries(entries)
-    try:
-        out = fn(*args, **kwargs)
-    finally:
-        _context.pop(token)
-    return out, list(inner)
-
-
-def outcomes_of(
-    plan: Plan,
-    dynamic: Sequence[tuple[Any, Any]],
-    inner: Sequence[Handler[Any]],
-    *,
-    carry_required: bool,
-) -> list[Outcome]:
-    results = []
-    for (effect, _, _), (_, carry), handler in zip(plan, dynamic, inner, strict=True):
-        result = handler.outcome(carry_required=carry_required)
-        check_carry(effect, carry, result.carry)
-        results.append(result)
-    return results
-
-
 class _Handled:
     """The state of one `handle(fn, *handlers, transform=...)`."""
 
@@ -345,29 +262,9 @@ class _Handled:
 
     def handlers(self, stack: _context.Stack) -> list[Handler[Any]]:
         """The handlers to plumb in: the outer ones `fn` needs, then its own."""
-        row = self.row
-        candidates = stack if row is None or self.transform is None else row
+        row = None if self.transform is None else self.row
+        outer = outer_handlers(stack, skip=self.own_effects, row=row)
         ref = _trace.current_trace_ref()
-        outer: list[Handler[Any]] = []
-        for effect in candidates:
-            if effect in self.own_effects:
-                continue
-            entry = stack.get(effect)
-            if entry is None:
-                continue
-            handler, entry_ref = entry
-            if entry_ref is not ref:
-                if isinstance(entry_ref, Blocked):
-                    continue
-                if type(entry_ref) is _Marker:
-                    if row is not None and effect in row:
-                        entry_ref.used.add(effect)  # the enclosing region performs it too
-                    entry_ref = entry_ref.ref
-                if entry_ref is not ref and _trace.reachability(entry_ref) != "ok":
-                    if row is not None and effect in row:
-                        effect._find()  # raises the error that explains why
-                    continue
-            outer.append(handler)
         for handler in self.own:
             home = getattr(handler, "_home", None)
             if home is not None and home is not ref and _trace.reachability(home) != "ok":
@@ -420,12 +317,7 @@ class _Handled:
         stack = _context.current_stack()
         while True:
             handlers = self.handlers(stack)
-            exports = [h.export() for h in handlers]
-            plan: Plan = tuple(
-                (h.effect, type(h), export.static)
-                for h, export in zip(handlers, exports, strict=True)
-            )
-            dynamic = [(export.const, export.carry) for export in exports]
+            plan, dynamic = export_all(handlers)
             if self.transform is None:
                 used: set[Effect[Any]] = set()
                 out, inner = run_inside(plan, dynamic, self.fn, args, kwargs, track=used)

@@ -1,0 +1,172 @@
+"""Running a function inside a traced region under rebuilt handlers.
+
+`handle`, the control-flow wrappers and the transformation wrappers all cross a
+boundary the same way, over the `Handler` protocol:
+
+1. `outer_handlers` picks the handlers visible at the call that may be plumbed;
+2. `export_all` asks each for its `Export` (static / const / carry);
+3. inside the region, `run_inside` rebuilds them and runs the user's function;
+4. `outcomes_of` collects each inner handler's `Outcome`, checking that carries
+   kept their types;
+5. after the region, the caller absorbs the outcomes into the outer handlers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import jax
+import jax.numpy as jnp
+
+from . import _context, _trace
+from ._effects import Blocked, Effect, Handler, Outcome, Replumb, _Marker
+from ._errors import StateTypeError
+
+__all__ = [
+    "Plan",
+    "check_carry",
+    "export_all",
+    "outcomes_of",
+    "outer_handlers",
+    "run_inside",
+]
+
+R = TypeVar("R")
+
+# What identifies a region's handlers at trace time: for each, its effect, its
+# class (whose `rebuild` makes the inner handler) and its static export.
+Plan = tuple[tuple[Effect[Any], type[Handler[Any]], Hashable], ...]
+Dynamic = list[tuple[Any, Any]]
+
+
+def outer_handlers(
+    stack: _context.Stack,
+    *,
+    skip: Iterable[Effect[Any]] = (),
+    row: Iterable[Effect[Any]] | None = None,
+) -> list[Handler[Any]]:
+    """The handlers around the call that a region may plumb in.
+
+    With `row` (the effects the region is known to perform), only those, in that
+    order; an effect of the row whose handler cannot be read here raises the error
+    that explains why. Without it, every handler reachable from here, in stack
+    order. Handlers hidden by a `Blocked` marker are never plumbed.
+    """
+    ref = _trace.current_trace_ref()
+    skip = frozenset(skip)
+    handlers: list[Handler[Any]] = []
+    for effect in stack if row is None else row:
+        if effect in skip:
+            continue
+        entry = stack.get(effect)
+        if entry is None:
+            continue
+        handler, entry_ref = entry
+        if entry_ref is not ref:
+            if isinstance(entry_ref, Blocked):
+                continue
+            if type(entry_ref) is _Marker:
+                if row is not None:
+                    entry_ref.used.add(effect)  # the enclosing region performs it too
+                entry_ref = entry_ref.ref
+            if entry_ref is not ref and _trace.reachability(entry_ref) != "ok":
+                if row is not None:
+                    effect._find()  # raises the error that explains why
+                continue
+        handlers.append(handler)
+    return handlers
+
+
+def note_used(stack: _context.Stack, used: Iterable[Effect[Any]]) -> None:
+    """Tell enclosing traced regions that effects they plumbed were performed."""
+    for effect in used:
+        entry = stack.get(effect)
+        if entry is not None and type(entry[1]) is _Marker:
+            entry[1].used.add(effect)
+
+
+def export_all(handlers: Sequence[Handler[Any]]) -> tuple[Plan, Dynamic]:
+    exports = [h.export() for h in handlers]
+    plan = tuple((h.effect, type(h), e.static) for h, e in zip(handlers, exports, strict=True))
+    return plan, [(e.const, e.carry) for e in exports]
+
+
+def _signature(tree: Any) -> tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]:
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves)
+
+
+def check_carry(effect: Effect[Any], before: Any, after: Any) -> None:
+    """Raise `StateTypeError` if a carry changed structure, shape or dtype."""
+    if after is None or before is None:
+        return
+    sig_before, sig_after = _signature(before), _signature(after)
+    if sig_before != sig_after:
+        raise StateTypeError(
+            f"{effect!r} changed its type across a traced boundary: it entered as "
+            f"{_describe(sig_before)} and left as {_describe(sig_after)}. A state must "
+            "keep its pytree structure, shapes and dtypes; cast the new value (e.g. "
+            "`x.astype(old.dtype)`) or initialise the state with the final type."
+        )
+
+
+def _describe(sig: tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]) -> str:
+    treedef, leaves = sig
+    avals = ", ".join(f"{jnp.dtype(d).name}{list(s)}" for s, d in leaves)
+    return f"{treedef} with leaves [{avals}]"
+
+
+def run_inside(
+    plan: Plan,
+    dynamic: Sequence[tuple[Any, Any]],
+    fn: Callable[..., R],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    track: set[Effect[Any]] | None = None,
+    replumb: Iterable[Effect[Any]] = (),
+    owner: object = None,
+) -> tuple[R, list[Handler[Any]]]:
+    """Rebuild the plumbed handlers inside a region, run `fn` under them.
+
+    Returns `fn`'s result and the inner handlers. With `track`, the inner handlers
+    record into it which of them were performed; effects in `replumb` (visible
+    outside but not plumbed) raise `NeedsEffect` when performed.
+    """
+    inner = tuple(
+        cls.rebuild(effect, static, const, carry)
+        for (effect, cls, static), (const, carry) in zip(plan, dynamic, strict=True)
+    )
+    stack = _context.current_stack()
+    entries: dict[Effect[Any], _context.Entry] = {}
+    if replumb:
+        marker = Replumb(owner)
+        for effect in replumb:
+            entries[effect] = (stack[effect][0], marker)
+    ref = (
+        _trace.current_trace_ref() if track is None else _Marker(_trace.current_trace_ref(), track)
+    )
+    for handler in inner:
+        entries[handler.effect] = (handler, ref)
+    token = _context.push_entries(entries)
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        _context.pop(token)
+    return out, list(inner)
+
+
+def outcomes_of(
+    plan: Plan,
+    dynamic: Sequence[tuple[Any, Any]],
+    inner: Sequence[Handler[Any]],
+    *,
+    carry_required: bool,
+) -> list[Outcome]:
+    results = []
+    for (effect, _, _), (_, carry), handler in zip(plan, dynamic, inner, strict=True):
+        result = handler.outcome(carry_required=carry_required)
+        check_carry(effect, carry, result.carry)
+        results.append(result)
+    return results
