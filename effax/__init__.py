@@ -4,6 +4,24 @@ import importlib.metadata
 
 from . import random as random
 from ._context import JitAwareContextVar as JitAwareContextVar
+from ._control import (
+    cond as cond,
+)
+from ._control import (
+    fori_loop as fori_loop,
+)
+from ._control import (
+    map as map,
+)
+from ._control import (
+    scan as scan,
+)
+from ._control import (
+    switch as switch,
+)
+from ._control import (
+    while_loop as while_loop,
+)
 from ._effects import (
     Ask as Ask,
 )

@@ -559,7 +559,10 @@ class KeyStream(Handler[RandomKey]):
     def outcome(self, *, carry_required: bool) -> Outcome:
         if self.drawn is not None and not carry_required:
             return Outcome(static=self.drawn)
-        return Outcome(static=self.drawn, carry=jnp.asarray(self.counter, jnp.int32))
+        counter = self.counter
+        if isinstance(counter, int):
+            counter = jnp.asarray(counter, jnp.int32)
+        return Outcome(static=self.drawn, carry=counter)
 
     def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
         if outcome.static is not None and steps is not None:

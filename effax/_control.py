@@ -1,0 +1,368 @@
+"""Effect-aware control flow: `scan`, `fori_loop`, `while_loop`, `cond`, `switch`, `map`.
+
+Each has its `jax.lax` namesake's signature. The handlers visible at the call are
+plumbed into the body over the `Handler` protocol: their consts as loop constants,
+their carries (state values, key counters) as part of the loop carry, and their
+values (emits) stacked along a new leading axis, one row per step. Every wrapper is
+written once against that protocol, never once per effect kind.
+
+Keys follow DESIGN §3: in a `scan` of n steps that draws k keys a step, step i
+draw j uses counter ``c + i·k + j``, the same keys a Python loop draws; afterwards
+the counter advances by n·k in Python. Where the number of draws is not known at
+trace time (a `while_loop`, `cond` branches that draw different numbers of keys)
+the counter becomes a traced int32.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from . import _context
+from ._effects import Effect, Handler, Outcome
+from ._region import Dynamic, Plan, export_all, note_used, outcomes_of, outer_handlers, run_inside
+
+__all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
+
+C = TypeVar("C")
+X = TypeVar("X")
+Y = TypeVar("Y")
+R = TypeVar("R")
+
+
+def _strong(tree: Any) -> Any:
+    """Strip weak types from carry leaves, so that a loop's carry keeps its type."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, (bool, int, float, complex)):
+            return jnp.asarray(x, dtype=jnp.result_type(x))
+        if getattr(x, "weak_type", False):
+            return x.astype(x.dtype)
+        return x
+
+    return jax.tree.map(leaf, tree)
+
+
+class Region:
+    """The handlers visible at a control-flow call, plumbed into its bodies."""
+
+    def __init__(self, fn: Callable[..., Any] | Sequence[Callable[..., Any]]) -> None:
+        self.stack = _context.current_stack()
+        fns = [fn] if callable(fn) else list(fn)
+        # Declared rows (`effax.uses`) narrow what is plumbed; otherwise every
+        # reachable handler is, since the bodies are traced only once, inside.
+        rows = [getattr(f, "__effax_row__", None) for f in fns]
+        row = None
+        if all(r is not None for r in rows):
+            row = list(dict.fromkeys(e for r in rows if r is not None for e in r))
+        self.handlers: list[Handler[Any]] = outer_handlers(self.stack, row=row)
+        self.plan: Plan
+        dynamic: Dynamic
+        self.plan, dynamic = export_all(self.handlers)
+        self.consts = [const for const, _ in dynamic]
+        self.carries = [_strong(carry) for _, carry in dynamic]
+        self.used: set[Effect[Any]] = set()
+
+    def run(
+        self, fn: Callable[..., R], carries: Sequence[Any], args: Sequence[Any]
+    ) -> tuple[R, list[Outcome]]:
+        """Inside a body: rebuild the handlers from `carries`, run `fn(*args)`."""
+        dynamic = list(zip(self.consts, carries, strict=True))
+        out, inner = run_inside(self.plan, dynamic, fn, args, {}, track=self.used)
+        return out, outcomes_of(self.plan, dynamic, inner, carry_required=True)
+
+    def absorb(self, outcomes: Sequence[Outcome], *, steps: int | None) -> None:
+        note_used(self.stack, self.used)
+        for handler, outcome in zip(self.handlers, outcomes, strict=True):
+            handler.absorb(outcome, steps=steps)
+
+    def effect_with_values(self, values: Sequence[Any]) -> Effect[Any] | None:
+        for (effect, _, _), value in zip(self.plan, values, strict=True):
+            if jax.tree.leaves(value):
+                return effect
+        return None
+
+
+def scan(
+    f: Callable[[C, X], tuple[C, Y]],
+    init: C,
+    xs: X | None = None,
+    length: int | None = None,
+    reverse: bool = False,
+    unroll: int | bool = 1,
+) -> tuple[C, Y]:
+    """`jax.lax.scan` that plumbs the handlers around the call through the loop.
+
+    States are part of the carry, key streams draw the keys a Python loop would,
+    and each emit site's values come out stacked along a new leading axis (indexed
+    like `xs`, also with `reverse=True`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> total = effax.State[jnp.ndarray]("total")
+    >>> log = effax.Emit[jnp.ndarray]("log")
+    >>> def step(carry, x):
+    ...     total.set(total.get() + x)
+    ...     log.emit(x * 2)
+    ...     return carry + 1, x
+    >>> with effax.handlers(total.init(jnp.float32(0)), log.collect()) as hs:
+    ...     n, _ = effax.scan(step, 0, jnp.arange(3.0))
+    >>> float(hs[total]), hs[log][0].tolist()
+    (3.0, [0.0, 2.0, 4.0])
+
+    ```
+    """
+    region = Region(f)
+    statics: list[Any] = []
+
+    def body(carry: Any, x: Any) -> Any:
+        user_carry, handler_carries = carry
+        (new_carry, y), outcomes = region.run(f, handler_carries, (user_carry, x))
+        statics[:] = [o.static for o in outcomes]
+        return (new_carry, [o.carry for o in outcomes]), (y, [o.values for o in outcomes])
+
+    (final, carries), (ys, values) = lax.scan(
+        body, (init, region.carries), xs, length=length, reverse=reverse, unroll=unroll
+    )
+    steps = length if length is not None else len(jax.tree.leaves(xs)[0])
+    region.absorb(
+        [Outcome(s, c, v) for s, c, v in zip(statics, carries, values, strict=True)], steps=steps
+    )
+    return final, ys
+
+
+def map(f: Callable[[X], Y], xs: X, *, batch_size: int | None = None) -> Y:
+    """`jax.lax.map` that plumbs handlers through, as `effax.scan` does.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     ys = effax.map(lambda x: x + effax.random.normal(), jnp.zeros(3))
+    >>> ys.shape
+    (3,)
+
+    ```
+    """
+    if batch_size is not None:
+        raise NotImplementedError(
+            "effax.map(..., batch_size=...) is not supported yet: it would vmap the body, "
+            "whose key policy must be chosen explicitly. Use effax.vmap inside effax.scan."
+        )
+    _, ys = scan(lambda _, x: (None, f(x)), None, xs)
+    return ys
+
+
+def fori_loop(
+    lower: int | jax.Array,
+    upper: int | jax.Array,
+    body_fun: Callable[[Any, C], C],
+    init_val: C,
+    *,
+    unroll: int | bool | None = None,
+) -> C:
+    """`jax.lax.fori_loop` that plumbs handlers through.
+
+    With Python-int bounds it is an `effax.scan` (emits are stacked per step, the
+    key counter stays a Python int); with traced bounds an `effax.while_loop`.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> count = effax.State[jnp.ndarray]("count")
+    >>> with count.init(jnp.int32(0)) as cell:
+    ...     out = effax.fori_loop(0, 4, lambda i, c: (count.set(count.get() + i), c)[1], 0.0)
+    >>> int(cell.value)
+    6
+
+    ```
+    """
+    try:
+        lo, hi = operator.index(lower), operator.index(upper)
+        concrete = True
+    except TypeError:  # traced bounds (a ConcretizationTypeError is a TypeError)
+        concrete = False
+    if concrete:
+        dtype = jnp.result_type(lower, upper)
+        final, _ = scan(
+            lambda c, i: (body_fun(i, c), None),
+            init_val,
+            jnp.arange(lo, hi, dtype=dtype),
+            unroll=1 if unroll is None else unroll,
+        )
+        return final
+
+    def cond_fun(state: tuple[Any, C]) -> Any:
+        return state[0] < upper
+
+    def body(state: tuple[Any, C]) -> tuple[Any, C]:
+        i, value = state
+        return i + 1, body_fun(i, value)
+
+    _, final = while_loop(cond_fun, body, (jnp.asarray(lower), init_val))
+    return final
+
+
+def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_val: C) -> C:
+    """`jax.lax.while_loop` that plumbs handlers through.
+
+    The trip count is not known at trace time, so key counters come out as traced
+    int32, and values cannot be emitted inside the loop (there is nothing to stack
+    them along): an emit raises `ValueError`. `cond_fun` may read effects (ask,
+    get) but not change them.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> limit = effax.Ask[jnp.ndarray]("limit")
+    >>> with limit.provide(jnp.float32(10)), effax.rng.seed(0) as stream:
+    ...     x = effax.while_loop(lambda x: x < limit.ask(),
+    ...                          lambda x: x + effax.random.uniform(), 0.0)
+    >>> bool(x >= 10), int(stream.value.counter) > 0
+    (True, True)
+
+    ```
+    """
+    region = Region([cond_fun, body_fun])
+
+    def cond(carry: Any) -> Any:
+        value, handler_carries = carry
+        _, untouched = region.run(lambda: None, handler_carries, ())
+        pred, outcomes = region.run(cond_fun, handler_carries, (value,))
+        for (effect, _, _), before, after in zip(region.plan, untouched, outcomes, strict=True):
+            same_carry = all(
+                a is b
+                for a, b in zip(
+                    jax.tree.leaves(before.carry), jax.tree.leaves(after.carry), strict=True
+                )
+            )
+            if before.static != after.static or not same_carry or jax.tree.leaves(after.values):
+                raise ValueError(
+                    f"{effect!r} was changed inside effax.while_loop's cond_fun. cond_fun may "
+                    "read effects (ask, get) but not change them: move the update into "
+                    "body_fun."
+                )
+        return pred
+
+    def body(carry: Any) -> Any:
+        value, handler_carries = carry
+        new_value, outcomes = region.run(body_fun, handler_carries, (value,))
+        emitting = region.effect_with_values([o.values for o in outcomes])
+        if emitting is not None:
+            raise ValueError(
+                f"{emitting!r} emitted values inside effax.while_loop, whose trip count is "
+                "not known at trace time, so they cannot be collected. Use effax.scan or "
+                "effax.fori_loop with Python-int bounds (values are stacked per step), or "
+                "reduce them into a State instead."
+            )
+        return new_value, [o.carry for o in outcomes]
+
+    final, carries = lax.while_loop(cond, body, (init_val, region.carries))
+    region.absorb([Outcome(None, c, ()) for c in carries], steps=None)
+    return final
+
+
+def _branches(
+    kind: str, index: Any, branches: Sequence[Callable[..., R]], operands: tuple[Any, ...]
+) -> R:
+    region = Region(branches)
+    statics: list[list[Any]] = [[] for _ in branches]
+    structures: list[Any] = [None for _ in branches]
+
+    def make(i: int, branch: Callable[..., R]) -> Callable[..., Any]:
+        def run_branch(handler_carries: Any, *ops: Any) -> Any:
+            out, outcomes = region.run(branch, handler_carries, ops)
+            statics[i] = [o.static for o in outcomes]
+            values = [o.values for o in outcomes]
+            structures[i] = jax.tree.structure(values)
+            return out, [o.carry for o in outcomes], values
+
+        return run_branch
+
+    wrapped = [make(i, b) for i, b in enumerate(branches)]
+    try:
+        if kind == "cond":
+            out, carries, values = lax.cond(
+                index, wrapped[0], wrapped[1], region.carries, *operands
+            )
+        else:
+            out, carries, values = lax.switch(index, wrapped, region.carries, *operands)
+    except TypeError:
+        if len({str(s) for s in structures if s is not None}) > 1:
+            mismatch = _emit_mismatch(region.plan, structures)
+            raise ValueError(
+                f"{mismatch!r} emitted different numbers or kinds of values in the branches "
+                f"of effax.{kind}. Every branch must emit the same structure (emit a zero "
+                "placeholder in the other branch, or collect into a State instead)."
+            ) from None
+        raise
+    # A static outcome survives only if every branch agrees on it (e.g. the same
+    # number of keys drawn); otherwise the handler takes the traced carry.
+    merged = [
+        per_branch[0] if all(s == per_branch[0] for s in per_branch) else None
+        for per_branch in zip(*statics, strict=True)
+    ]
+    region.absorb(
+        [Outcome(s, c, v) for s, c, v in zip(merged, carries, values, strict=True)], steps=1
+    )
+    return out  # type: ignore[no-any-return]
+
+
+def _emit_mismatch(plan: Plan, structures: Sequence[Any]) -> Effect[Any]:
+    for i, (effect, _, _) in enumerate(plan):
+        per_branch = {str(s.children()[i]) for s in structures if s is not None}
+        if len(per_branch) > 1:
+            return effect
+    return plan[0][0]
+
+
+def cond(pred: Any, true_fun: Callable[..., R], false_fun: Callable[..., R], *operands: Any) -> R:
+    """`jax.lax.cond` that plumbs handlers through both branches.
+
+    Each branch sees the same handler state; the taken branch's updates come out.
+    If the branches draw different numbers of keys, the key counter becomes a
+    traced int32 (so later draws still match an eager `if`/`else`). Branches must
+    emit the same structure of values.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> hits = effax.State[jnp.ndarray]("hits")
+    >>> with hits.init(jnp.int32(0)) as cell:
+    ...     for x in [1.0, -1.0, 2.0]:
+    ...         _ = effax.cond(x > 0, lambda: hits.set(hits.get() + 1), lambda: None)
+    >>> int(cell.value)
+    2
+
+    ```
+    """
+    return _branches("cond", pred, [true_fun, false_fun], operands)
+
+
+def switch(index: Any, branches: Sequence[Callable[..., R]], *operands: Any) -> R:
+    """`jax.lax.switch` that plumbs handlers through every branch, as `effax.cond`.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> log = effax.Emit[jnp.ndarray]("log")
+    >>> with log.collect() as collected:
+    ...     effax.switch(1, [lambda: log.emit(jnp.float32(0)), lambda: log.emit(jnp.float32(1))])
+    >>> float(collected.values[0])
+    1.0
+
+    ```
+    """
+    return _branches("switch", index, list(branches), operands)
