@@ -26,6 +26,9 @@ from ._effects import (
     Ask as Ask,
 )
 from ._effects import (
+    BatchPolicy as BatchPolicy,
+)
+from ._effects import (
     Collector as Collector,
 )
 from ._effects import (
@@ -90,6 +93,21 @@ from ._handle import (
 )
 from ._handle import (
     plumb_and_transform as plumb_and_transform,
+)
+from ._transforms import (
+    checkpoint as checkpoint,
+)
+from ._transforms import (
+    grad as grad,
+)
+from ._transforms import (
+    shard_map as shard_map,
+)
+from ._transforms import (
+    value_and_grad as value_and_grad,
+)
+from ._transforms import (
+    vmap as vmap,
 )
 
 try:

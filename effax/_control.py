@@ -23,9 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import _context
-from ._effects import Effect, Handler, Outcome
-from ._region import Dynamic, Plan, export_all, note_used, outcomes_of, outer_handlers, run_inside
+from ._effects import Effect, Outcome
+from ._region import Plan, Region
 
 __all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
 
@@ -33,59 +32,6 @@ C = TypeVar("C")
 X = TypeVar("X")
 Y = TypeVar("Y")
 R = TypeVar("R")
-
-
-def _strong(tree: Any) -> Any:
-    """Strip weak types from carry leaves, so that a loop's carry keeps its type."""
-
-    def leaf(x: Any) -> Any:
-        if isinstance(x, (bool, int, float, complex)):
-            return jnp.asarray(x, dtype=jnp.result_type(x))
-        if getattr(x, "weak_type", False):
-            return x.astype(x.dtype)
-        return x
-
-    return jax.tree.map(leaf, tree)
-
-
-class Region:
-    """The handlers visible at a control-flow call, plumbed into its bodies."""
-
-    def __init__(self, fn: Callable[..., Any] | Sequence[Callable[..., Any]]) -> None:
-        self.stack = _context.current_stack()
-        fns = [fn] if callable(fn) else list(fn)
-        # Declared rows (`effax.uses`) narrow what is plumbed; otherwise every
-        # reachable handler is, since the bodies are traced only once, inside.
-        rows = [getattr(f, "__effax_row__", None) for f in fns]
-        row = None
-        if all(r is not None for r in rows):
-            row = list(dict.fromkeys(e for r in rows if r is not None for e in r))
-        self.handlers: list[Handler[Any]] = outer_handlers(self.stack, row=row)
-        self.plan: Plan
-        dynamic: Dynamic
-        self.plan, dynamic = export_all(self.handlers)
-        self.consts = [const for const, _ in dynamic]
-        self.carries = [_strong(carry) for _, carry in dynamic]
-        self.used: set[Effect[Any]] = set()
-
-    def run(
-        self, fn: Callable[..., R], carries: Sequence[Any], args: Sequence[Any]
-    ) -> tuple[R, list[Outcome]]:
-        """Inside a body: rebuild the handlers from `carries`, run `fn(*args)`."""
-        dynamic = list(zip(self.consts, carries, strict=True))
-        out, inner = run_inside(self.plan, dynamic, fn, args, {}, track=self.used)
-        return out, outcomes_of(self.plan, dynamic, inner, carry_required=True)
-
-    def absorb(self, outcomes: Sequence[Outcome], *, steps: int | None) -> None:
-        note_used(self.stack, self.used)
-        for handler, outcome in zip(self.handlers, outcomes, strict=True):
-            handler.absorb(outcome, steps=steps)
-
-    def effect_with_values(self, values: Sequence[Any]) -> Effect[Any] | None:
-        for (effect, _, _), value in zip(self.plan, values, strict=True):
-            if jax.tree.leaves(value):
-                return effect
-        return None
 
 
 def scan(

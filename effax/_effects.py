@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, ClassVar, Generic, NamedTuple, NoReturn, TypeVar, overload
+from typing import Any, ClassVar, Generic, Literal, NamedTuple, NoReturn, TypeVar, overload
 
 import attrs
 import jax
@@ -90,6 +90,23 @@ class Outcome(NamedTuple):
     values: PyTree = None
 
 
+class BatchPolicy(NamedTuple):
+    """How handlers enter a batched region (`effax.vmap`, `effax.shard_map`).
+
+    - `keys`: ``"split"``, each batch element (device) draws its own keys: the
+      stream draws one key ``K`` and element ``b`` uses a stream seeded with
+      ``fold_in(K, b)``; or ``"shared"``, every element draws the keys the
+      unbatched program would.
+    - `state`: ``"shared"``, one value for the whole batch (writing a batched value
+      raises); or ``"batched"``, the value carries the batch along its leading axis.
+    - `axis_names`: the named axes of the region (for `lax.axis_index`).
+    """
+
+    keys: Literal["split", "shared"]
+    state: Literal["shared", "batched"]
+    axis_names: tuple[Hashable, ...]
+
+
 class Handler(abc.ABC, Generic[E]):
     """Base class of every handler: a context manager, a cell, and the plumbing protocol.
 
@@ -136,6 +153,18 @@ class Handler(abc.ABC, Generic[E]):
     @abc.abstractmethod
     def value(self) -> Any:
         """The handler's state: what ``hs[effect]`` returns."""
+
+    def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
+        """What goes into a batched region, and the batch axis of the carry.
+
+        The default shares the handler across the batch (axis `None`): consts and
+        carries are broadcast, and a carry that comes out batched is an error.
+        """
+        return self.export(), None
+
+    def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
+        """Absorb the outcome of a batched region (values stacked per element)."""
+        self.absorb(outcome, steps=1)
 
     def __enter__(self: H) -> H:
         tokens: list[Any] = self._tokens
@@ -434,6 +463,9 @@ class StateCell(Handler[State[S]]):
     def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
         self.value = outcome.carry
 
+    def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
+        return self.export(), 0 if policy.state == "batched" else None
+
 
 # --- RandomKey --------------------------------------------------------------------
 
@@ -552,6 +584,8 @@ class KeyStream(Handler[RandomKey]):
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> KeyStream:
+        if static is not None:  # split across the named axes of a batched region
+            const = jax.random.fold_in(const, jax.lax.axis_index(static))
         if isinstance(carry, int):
             return cls(effect, const, offset=carry)
         return cls(effect, const, dynamic=carry)
@@ -563,6 +597,19 @@ class KeyStream(Handler[RandomKey]):
         if isinstance(counter, int):
             counter = jnp.asarray(counter, jnp.int32)
         return Outcome(static=self.drawn, carry=counter)
+
+    def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
+        if policy.keys == "shared":
+            return self.export(), None
+        # One key of this stream seeds every element: element b folds in its index.
+        key = jax.random.fold_in(self.base_key, self.counter)
+        return Export(static=policy.axis_names, const=key, carry=0), None
+
+    def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
+        if policy.keys == "shared":
+            self.absorb(outcome, steps=1)
+        else:
+            self.absorb(Outcome(static=1), steps=1)
 
     def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
         if outcome.static is not None and steps is not None:

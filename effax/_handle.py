@@ -43,15 +43,20 @@ def _shift_argnums(argnums: int | Sequence[int] | None) -> int | tuple[int, ...]
 
 
 def _apply_transform(
-    transform: Transform, wrapper: Callable[..., Any], fn: Callable[..., Any]
+    transform: Transform,
+    wrapper: Callable[..., Any],
+    fn: Callable[..., Any],
+    out_shardings: Callable[[Any], Any],
 ) -> Callable[..., Any]:
     """Apply `transform` to `wrapper(extra, *args, **kwargs)`, which wraps `fn`.
 
     `wrapper` gets `fn`'s signature with one positional-only parameter prepended, so
     transformations that read signatures (``jax.jit``'s `static_argnames`) see `fn`'s
-    parameters. Argument indices given through ``functools.partial(jax.jit, ...)``
-    (`static_argnums`, `donate_argnums`) refer to `fn`'s parameters and are shifted
-    past the extra argument here.
+    parameters. Options given through ``functools.partial(jax.jit, ...)`` refer to
+    `fn`'s parameters and outputs and are adapted here: `static_argnums` and
+    `donate_argnums` are shifted past the extra argument, a tuple of `in_shardings`
+    gets an unspecified entry for it (so plumbed arrays keep their own shardings),
+    and `out_shardings` is mapped by `out_shardings(...)` onto the wrapper's outputs.
     """
     try:
         sig = inspect.signature(fn)
@@ -61,11 +66,23 @@ def _apply_transform(
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
         pass
-    if isinstance(transform, ft.partial) and any(k in transform.keywords for k in _ARGNUM_KEYWORDS):
+    if getattr(transform, "__qualname__", "") == "jit.<locals>.<lambda>":
+        # `jax.jit(static_argnums=...)` without a function: its options are hidden in
+        # a closure, so indices could not be shifted past the plumbed argument.
+        raise TypeError(
+            "Pass jit options as functools.partial(jax.jit, static_argnums=...) rather "
+            "than jax.jit(static_argnums=...): effax must see the options to map them "
+            "onto the function it wraps."
+        )
+    if isinstance(transform, ft.partial) and transform.keywords:
         keywords = dict(transform.keywords)
         for name in _ARGNUM_KEYWORDS:
             if name in keywords:
                 keywords[name] = _shift_argnums(keywords[name])
+        if isinstance(keywords.get("in_shardings"), (tuple, list)):
+            keywords["in_shardings"] = (None, *keywords["in_shardings"])
+        if keywords.get("out_shardings") is not None:
+            keywords["out_shardings"] = out_shardings(keywords["out_shardings"])
         transform = ft.partial(transform.func, *transform.args, **keywords)
     transformed = transform(wrapper)
     if not callable(transformed):
@@ -204,7 +221,14 @@ def plumb_and_transform(
                 return out
             return out, compute_extra_output_inside()
 
-    transformed = _apply_transform(transform_to_apply, wrapper, fn)
+    transformed = _apply_transform(
+        transform_to_apply,
+        wrapper,
+        fn,
+        out_shardings=(lambda o: o)
+        if compute_extra_output_inside is None
+        else (lambda o: (o, None)),
+    )
 
     @ft.wraps(fn)
     def plumbed(*args: Any, **kwargs: Any) -> Any:
@@ -303,7 +327,9 @@ class _Handled:
                 _StaticOut(tuple(r.static for r in results)),
             )
 
-        compiled = self.cache[plan] = _apply_transform(self.transform, wrapper, fn)
+        compiled = self.cache[plan] = _apply_transform(
+            self.transform, wrapper, fn, out_shardings=lambda o: (o, None, None)
+        )
         return compiled
 
     def note_performed(self, plan: Plan, used: set[Effect[Any]]) -> None:

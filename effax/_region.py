@@ -20,11 +20,12 @@ import jax
 import jax.numpy as jnp
 
 from . import _context, _trace
-from ._effects import Blocked, Effect, Handler, Outcome, Replumb, _Marker
+from ._effects import BatchPolicy, Blocked, Effect, Handler, Outcome, Replumb, _Marker
 from ._errors import StateTypeError
 
 __all__ = [
     "Plan",
+    "Region",
     "check_carry",
     "export_all",
     "outcomes_of",
@@ -170,3 +171,79 @@ def outcomes_of(
         check_carry(effect, carry, result.carry)
         results.append(result)
     return results
+
+
+def _strong(tree: Any) -> Any:
+    """Strip weak types from carry leaves, so that a loop's carry keeps its type."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, (bool, int, float, complex)):
+            return jnp.asarray(x, dtype=jnp.result_type(x))
+        if getattr(x, "weak_type", False):
+            return x.astype(x.dtype)
+        return x
+
+    return jax.tree.map(leaf, tree)
+
+
+class Region:
+    """The handlers visible at a control-flow call, plumbed into its bodies."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        policy: BatchPolicy | None = None,
+    ) -> None:
+        self.stack = _context.current_stack()
+        fns = [fn] if callable(fn) else list(fn)
+        # Declared rows (`effax.uses`) narrow what is plumbed; otherwise every
+        # reachable handler is, since the bodies are traced only once, inside.
+        rows = [getattr(f, "__effax_row__", None) for f in fns]
+        row = None
+        if all(r is not None for r in rows):
+            row = list(dict.fromkeys(e for r in rows if r is not None for e in r))
+        self.handlers: list[Handler[Any]] = outer_handlers(self.stack, row=row)
+        self.policy = policy
+        if policy is None:
+            exports = [h.export() for h in self.handlers]
+            self.carry_axes: list[int | None] = [None] * len(exports)
+        else:
+            exports_axes = [h.batch_export(policy) for h in self.handlers]
+            exports = [export for export, _ in exports_axes]
+            self.carry_axes = [axis for _, axis in exports_axes]
+        self.plan: Plan = tuple(
+            (h.effect, type(h), e.static) for h, e in zip(self.handlers, exports, strict=True)
+        )
+        self.consts = [e.const for e in exports]
+        self.carries = [_strong(e.carry) for e in exports]
+        self.used: set[Effect[Any]] = set()
+
+    def run(
+        self,
+        fn: Callable[..., R],
+        carries: Sequence[Any],
+        args: Sequence[Any],
+        kwargs: dict[str, Any] | None = None,
+        *,
+        consts: Sequence[Any] | None = None,
+        carry_required: bool = True,
+    ) -> tuple[R, list[Outcome]]:
+        """Inside a body: rebuild the handlers from `carries`, run `fn(*args)`."""
+        consts = self.consts if consts is None else consts
+        dynamic = list(zip(consts, carries, strict=True))
+        out, inner = run_inside(self.plan, dynamic, fn, args, kwargs or {}, track=self.used)
+        return out, outcomes_of(self.plan, dynamic, inner, carry_required=carry_required)
+
+    def absorb(self, outcomes: Sequence[Outcome], *, steps: int | None) -> None:
+        note_used(self.stack, self.used)
+        for handler, outcome in zip(self.handlers, outcomes, strict=True):
+            if self.policy is None:
+                handler.absorb(outcome, steps=steps)
+            else:
+                handler.batch_absorb(outcome, self.policy)
+
+    def effect_with_values(self, values: Sequence[Any]) -> Effect[Any] | None:
+        for (effect, _, _), value in zip(self.plan, values, strict=True):
+            if jax.tree.leaves(value):
+                return effect
+        return None

@@ -1,7 +1,16 @@
 """Make JAX strict for the whole suite."""
 
-import jax
-import pytest
+import os
+
+# Multi-device tests run on 8 host CPU devices; this must be set before JAX
+# initialises its backends.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+# tests/types/ holds files that mypy checks (tests/test_typing.py); never import them.
+collect_ignore_glob = ["types/*"]
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

@@ -335,3 +335,8 @@ def test_user_defined_effect_crosses_handle():
             wrap(work)(1.0)
             wrap(work)(1.0)
         assert int(tally.value) == 6
+
+
+def test_jit_factory_form_is_rejected_with_advice():
+    with pytest.raises(TypeError, match=r"functools\.partial\(jax\.jit, static_argnums"):
+        fx.handle(lambda x: x, transform=jax.jit(static_argnums=0))(1.0)

@@ -1,0 +1,330 @@
+"""Effect-aware transformations: `grad`, `value_and_grad`, `vmap`, `checkpoint`, `shard_map`.
+
+Each has its JAX namesake's signature (plus keyword-only policies) and plumbs the
+handlers around the call over the `Handler` protocol, like `effax.handle`:
+derivatives are taken with respect to the arguments only; state updates, key
+advances and emitted values come out alongside.
+"""
+
+from __future__ import annotations
+
+import functools as ft
+import itertools
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Literal, ParamSpec, TypeVar
+
+import jax
+from jax.sharding import PartitionSpec
+
+from . import _trace
+from ._effects import BatchPolicy, Outcome
+from ._errors import EffectLeakError
+from ._handle import handle
+from ._region import Region
+
+__all__ = ["checkpoint", "grad", "shard_map", "value_and_grad", "vmap"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_fresh_axis = itertools.count()
+# PartitionSpec's constructor is untyped on some supported JAX versions.
+_spec: Callable[..., Any] = PartitionSpec
+
+
+def value_and_grad(
+    fun: Callable[..., Any],
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+) -> Callable[..., tuple[Any, Any]]:
+    """`jax.value_and_grad` that plumbs the handlers around the call through.
+
+    Handler values (asked values, states, keys) enter as constants: derivatives are
+    with respect to `argnums` only. State updates, key advances and emitted values
+    come out of the call as they would eagerly.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> scale = effax.Ask[jnp.ndarray]("scale")
+    >>> calls = effax.State[jnp.ndarray]("calls")
+    >>> def loss(w):
+    ...     calls.set(calls.get() + 1)
+    ...     return scale.ask() * w ** 2
+    >>> with effax.handlers(scale.provide(jnp.float32(3)), calls.init(jnp.int32(0))) as hs:
+    ...     value, g = effax.value_and_grad(loss)(2.0)
+    >>> float(value), float(g), int(hs[calls])
+    (12.0, 12.0, 1)
+
+    ```
+    """
+
+    @ft.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        region = Region(fun)
+        box: list[list[Any]] = []
+
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            out, outcomes = region.run(fun, region.carries, args, kwargs, carry_required=False)
+            value, aux = out if has_aux else (out, None)
+            box[:] = [[o.static for o in outcomes]]
+            return value, (aux, [(o.carry, o.values) for o in outcomes])
+
+        (value, (aux, dynamic)), grads = jax.value_and_grad(
+            inner, argnums, has_aux=True, holomorphic=holomorphic, allow_int=allow_int
+        )(*args, **kwargs)
+        region.absorb(
+            [Outcome(s, c, v) for s, (c, v) in zip(box[0], dynamic, strict=True)], steps=1
+        )
+        return ((value, aux) if has_aux else value), grads
+
+    return wrapped
+
+
+def grad(
+    fun: Callable[..., Any],
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+) -> Callable[..., Any]:
+    """`jax.grad` that plumbs the handlers around the call through (see `value_and_grad`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> scale = effax.Ask[jnp.ndarray]("scale")
+    >>> with scale.provide(jnp.float32(3)):
+    ...     float(effax.grad(lambda w: scale.ask() * w ** 2)(2.0))
+    12.0
+
+    ```
+    """
+    value_and_grad_fun = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
+
+    @ft.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        value, grads = value_and_grad_fun(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+
+    return wrapped
+
+
+_POLICY_HINT = (
+    "choose the batched policy (keys='split' for key streams, state='batched' for "
+    "states) or keep the update independent of the batch"
+)
+
+
+def _batched(
+    region: Region,
+    fun: Callable[..., Any],
+    transform: Callable[[Callable[..., Any], Sequence[int | None], Sequence[Any]], Any],
+    *,
+    wrapper_name: str,
+    check_shared: bool,
+) -> Callable[..., Any]:
+    """Shared by `vmap` and `shard_map`: run `fun` under handlers with batch axes.
+
+    `transform(inner, carry_axes, carries)` maps `inner(carries, *args)` over the
+    batch, returning `(out, carries, values)` with the carries on `carry_axes` and
+    the values stacked along a new leading axis.
+    """
+    call_ref = _trace.current_trace_ref()
+    statics: list[Any] = []
+
+    def inner(carries: Any, *args: Any) -> Any:
+        out, outcomes = region.run(fun, carries, args, carry_required=False)
+        if check_shared:
+            for (effect, _, _), outcome, axis in zip(
+                region.plan, outcomes, region.carry_axes, strict=True
+            ):
+                leaves = jax.tree.leaves(outcome.carry)
+                if axis is None and _trace.foreign_tracers(leaves, call_ref):
+                    raise EffectLeakError(
+                        f"{effect!r} was updated with a value that differs across the batch "
+                        f"of {wrapper_name}, but its policy shares one value across the "
+                        f"batch: {_POLICY_HINT}."
+                    )
+        statics[:] = [o.static for o in outcomes]
+        return out, [o.carry for o in outcomes], [o.values for o in outcomes]
+
+    mapped = transform(inner, region.carry_axes, region.carries)
+
+    def call(*args: Any) -> Any:
+        out, carries, values = mapped(region.carries, *args)
+        region.absorb(
+            [Outcome(s, c, v) for s, c, v in zip(statics, carries, values, strict=True)],
+            steps=1,
+        )
+        return out
+
+    return call
+
+
+def vmap(
+    fun: Callable[P, R],
+    in_axes: int | Sequence[Any] | None = 0,
+    out_axes: Any = 0,
+    axis_name: Hashable | None = None,
+    axis_size: int | None = None,
+    spmd_axis_name: Hashable | tuple[Hashable, ...] | None = None,
+    *,
+    keys: Literal["split", "shared"] = "split",
+    state: Literal["shared", "batched"] = "shared",
+) -> Callable[P, R]:
+    """`jax.vmap` that plumbs the handlers around the call through, by explicit policy.
+
+    - `keys="split"` (default): the key stream draws one key ``K`` and batch element
+      ``b`` draws from a stream seeded with ``fold_in(K, b)``; `keys="shared"`: every
+      element draws the keys the unbatched program would.
+    - `state="shared"` (default): states are broadcast, and writing a value that
+      differs across the batch raises `EffectLeakError`; `state="batched"`: every
+      state carries the batch along its leading axis.
+
+    Emitted values come out stacked along a new leading axis, one row per element.
+
+    **Example:**
+
+    ```python
+    >>> import jax, jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0) as stream:
+    ...     xs = effax.vmap(lambda x: x + effax.random.normal())(jnp.zeros(3))
+    >>> bool(xs[0] != xs[1]), stream.value.counter
+    (True, 1)
+
+    ```
+    """
+    name = axis_name if axis_name is not None else f"effax_vmap_{next(_fresh_axis)}"
+
+    @ft.wraps(fun)
+    def batched(*args: Any) -> Any:
+        region = Region(fun, BatchPolicy(keys=keys, state=state, axis_names=(name,)))
+
+        def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
+            axes = in_axes if isinstance(in_axes, (list, tuple)) else (in_axes,) * len(args)
+            return jax.vmap(
+                inner,
+                in_axes=(carry_axes, *axes),
+                out_axes=(out_axes, carry_axes, 0),
+                axis_name=name,
+                axis_size=axis_size,
+                spmd_axis_name=spmd_axis_name,
+            )
+
+        return _batched(region, fun, transform, wrapper_name="effax.vmap", check_shared=True)(*args)
+
+    return batched  # type: ignore[return-value]
+
+
+def checkpoint(
+    fun: Callable[P, R],
+    *,
+    prevent_cse: bool = True,
+    policy: Callable[..., bool] | None = None,
+    static_argnums: int | tuple[int, ...] = (),
+) -> Callable[P, R]:
+    """`jax.checkpoint` (remat) that plumbs handlers through, like `effax.handle`.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> scale = effax.Ask[jnp.ndarray]("scale")
+    >>> f = effax.checkpoint(lambda x: jnp.sin(x) * scale.ask())
+    >>> with scale.provide(jnp.float32(2)):
+    ...     float(effax.grad(f)(0.0))
+    2.0
+
+    ```
+    """
+    return handle(
+        fun,
+        transform=ft.partial(
+            jax.checkpoint, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums
+        ),
+    )
+
+
+def shard_map(
+    f: Callable[P, R],
+    *,
+    mesh: Any,
+    in_specs: Any,
+    out_specs: Any,
+    axis_names: frozenset[Hashable] | None = None,
+    check_vma: bool = True,
+    keys: Literal["split", "shared"] = "split",
+    state: Literal["shared", "batched"] = "shared",
+) -> Callable[P, R]:
+    """`jax.shard_map` that plumbs the handlers around the call through.
+
+    Handler consts and carries are replicated on every device (``PartitionSpec()``),
+    and each device draws distinct keys: with `keys="split"` (default) the stream
+    draws one key ``K`` and device ``d`` (its linear index over the mesh axes) uses a
+    stream seeded with ``fold_in(K, d)``; `keys="shared"` draws the same keys
+    everywhere. States must stay replicated (`state="shared"`: reduce updates with
+    ``lax.pmean``/``psum``) or be split along their leading axis over all mesh axes
+    (`state="batched"`). Emitted values come out stacked per device along a new
+    leading axis.
+
+    **Example:**
+
+    ```python
+    >>> import jax, jax.numpy as jnp, effax
+    >>> from jax.sharding import PartitionSpec as P
+    >>> mesh = jax.sharding.Mesh(jax.devices()[:1], ("data",))
+    >>> total = effax.State[jnp.ndarray]("total")
+    >>> def step(x):
+    ...     total.set(total.get() + jax.lax.psum(jnp.sum(x), "data"))
+    ...     return x * 2
+    >>> with total.init(jnp.float32(0)) as cell:
+    ...     y = effax.shard_map(step, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(
+    ...         jnp.arange(4.0))
+    >>> float(cell.value)
+    6.0
+
+    ```
+    """
+    names = tuple(mesh.axis_names if axis_names is None else sorted(axis_names, key=str))
+
+    @ft.wraps(f)
+    def sharded(*args: Any) -> Any:
+        region = Region(f, BatchPolicy(keys=keys, state=state, axis_names=names))
+
+        def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
+            def spec(axis: int | None, tree: Any) -> Any:
+                return jax.tree.map(lambda _: _spec() if axis is None else _spec(names), tree)
+
+            carry_specs = [spec(a, c) for a, c in zip(carry_axes, carries, strict=True)]
+            specs = in_specs if isinstance(in_specs, tuple) else (in_specs,)
+
+            def per_device(carries: Any, *args: Any) -> Any:
+                out, out_carries, values = inner(carries, *args)
+                # stack values per device: a new leading axis of size 1 here
+                values = jax.tree.map(lambda v: v[None], values)
+                return out, out_carries, values
+
+            kwargs: dict[str, Any] = {}
+            if axis_names is not None:
+                kwargs["axis_names"] = axis_names
+            return jax.shard_map(
+                per_device,
+                mesh=mesh,
+                in_specs=(carry_specs, *specs),
+                out_specs=(out_specs, carry_specs, _spec(names)),
+                check_vma=check_vma,
+                **kwargs,
+            )
+
+        # Inside shard_map every value is a per-device tracer; replication of shared
+        # states is checked by shard_map itself (check_vma).
+        return _batched(region, f, transform, wrapper_name="effax.shard_map", check_shared=False)(
+            *args
+        )
+
+    return sharded  # type: ignore[return-value]
