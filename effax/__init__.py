@@ -94,6 +94,7 @@ from ._handle import (
 from ._handle import (
     plumb_and_transform as plumb_and_transform,
 )
+from ._uses import uses as uses
 from ._transforms import (
     checkpoint as checkpoint,
 )

@@ -6,8 +6,8 @@ import os
 # initialises its backends.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import pytest
 
 # tests/types/ holds files that mypy checks (tests/test_typing.py); never import them.
 collect_ignore_glob = ["types/*"]

@@ -14,10 +14,10 @@ stream = fx.RandomKey("stream")
 log = fx.Emit[jax.Array]("log")
 
 
-def handlers(counter=jnp.int32(0)):
+def handlers(counter=None):
     return fx.handlers(
         scale.provide(jnp.float32(3)),
-        calls.init(counter),
+        calls.init(jnp.int32(0) if counter is None else counter),
         stream.seed(jax.random.key(5)),
         log.collect(),
     )
