@@ -1,0 +1,148 @@
+"""`effax.uses`: a function's effect row, declared once and checked at run time.
+
+A row names the effects a function may perform, itself or through its callees,
+minus those it handles inside. While the function runs, every handler visible from
+its caller whose effect is not in the row is hidden behind an :class:`Undeclared`
+stack-entry marker: performing that effect raises
+:class:`effax.UndeclaredEffectError`, and `effax.handle` / `effax.jit` do not plumb
+it. Handlers installed inside the function shadow the marker as usual.
+
+The row is also published as ``fn.__effax_row__``, which `effax.handle` reads to
+plumb exactly those effects into a compiled function, and which the mypy plugin
+(`effax_stubs.mypy_plugin`) reads from the decorator to check rows statically.
+"""
+
+from __future__ import annotations
+
+import functools as ft
+from collections.abc import Callable
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+from . import _context
+from ._effects import Blocked, Effect
+from ._errors import UndeclaredEffectError
+
+__all__ = ["Undeclared", "uses"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _row_text(row: tuple[Effect[Any], ...]) -> str:
+    return f"effax.uses({', '.join(repr(effect) for effect in row)})"
+
+
+class Undeclared(Blocked):
+    """Marks a handler hidden by a function's declared row: performing its effect
+    inside the function raises `UndeclaredEffectError`."""
+
+    __slots__ = ("function", "row")
+
+    def __init__(self, function: str, row: tuple[Effect[Any], ...]) -> None:
+        self.function = function
+        self.row = row
+
+    def raise_for(self, effect: Effect[Any]) -> NoReturn:
+        declared = _row_text(self.row)
+        if not self.row:
+            declared += " (a pure entry point)"
+        raise UndeclaredEffectError(
+            f"{self.function} performed {effect!r}, which is not in its effect row "
+            f"{declared}. Add it to the row (@{_row_text((*self.row, effect))}) so that "
+            f"callers handle it, or handle it inside {self.function} "
+            f"(`with {effect.handler_hint}: ...`)."
+        )
+
+
+def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Declare the effect row of a function: the effects it may perform.
+
+    The row lists the effects the function performs itself or through its callees,
+    minus those it handles inside; ``@effax.uses()`` marks a pure entry point. The
+    decorated function keeps its signature.
+
+    - At run time, performing an effect outside the innermost declared row (and not
+      handled inside the function) raises :class:`effax.UndeclaredEffectError`,
+      naming the function, the effect and the row. An effect with no handler at all
+      raises :class:`effax.UnhandledEffectError` as usual.
+    - `effax.handle`, `effax.jit` and the effect-aware control-flow and transform
+      wrappers plumb only the declared effects into a compiled function, so
+      unrelated handlers around the call cost nothing (no extra inputs, no retrace
+      when their values change).
+    - The mypy plugin ``effax_stubs.mypy_plugin`` checks the same rows statically.
+
+    **Arguments:**
+
+    - `*effects`: the effects of the row (order kept, duplicates dropped).
+
+    **Returns:** a decorator that returns a function with the same signature.
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> temperature = effax.Ask[float]("temperature")
+    >>> steps = effax.State[int]("steps")
+    >>> @effax.uses(temperature)
+    ... def scaled(x: float) -> float:
+    ...     return x * temperature.ask()
+    >>> @effax.uses(temperature)
+    ... def sneaky(x: float) -> float:
+    ...     steps.set(steps.get() + 1)
+    ...     return scaled(x)
+    >>> with effax.handlers(temperature.provide(2.0), steps.init(0)):
+    ...     scaled(3.0)
+    6.0
+    >>> with effax.handlers(temperature.provide(2.0), steps.init(0)):
+    ...     sneaky(3.0)
+    Traceback (most recent call last):
+    ...
+    effax.UndeclaredEffectError: sneaky performed State('steps'), which is not in its effect row ...
+
+    ```
+    """
+    for effect in effects:
+        if not isinstance(effect, Effect):
+            hint = (
+                " Write `@effax.uses()` with parentheses to declare a pure function."
+                if callable(effect)
+                else ""
+            )
+            raise TypeError(
+                "effax.uses(...) takes effects (e.g. `@effax.uses(temperature, steps)`), "
+                f"but got {type(effect).__name__}: {effect!r}.{hint}"
+            )
+    row = tuple(dict.fromkeys(effects))
+    declared = frozenset(row)
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        if not callable(fn):
+            raise TypeError(
+                f"effax.uses(...) decorates functions, but got {type(fn).__name__}: {fn!r}."
+            )
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        # One marker per decorated function: it is immutable, so each call only
+        # copies the stack.
+        marker = Undeclared(name, row)
+
+        @ft.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            stack = _context.current_stack()
+            hidden = {
+                effect: (handler, marker)
+                for effect, (handler, ref) in stack.items()
+                if effect not in declared and ref is not marker
+            }
+            if not hidden:
+                return fn(*args, **kwargs)
+            token = _context.push_entries(hidden)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _context.pop(token)
+
+        # After `ft.wraps`, which copies a wrapped function's own `__effax_row__`.
+        wrapper.__effax_row__ = row  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
