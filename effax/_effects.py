@@ -275,7 +275,8 @@ class Effect(Generic[H]):
             where = f"inside {api[0]}" if api else "inside a staging JAX transformation"
             fix = api[1] if api else "the effax wrapper of that transformation"
         else:
-            where = "under a JAX trace that is not nested inside the handler's"
+            where = f"inside {api[0]}" if api else "under a JAX trace"
+            where += ", which is not nested inside the trace of its handler"
             fix = api[1] if api else "effax.shard_map or effax.handle"
         raise EffectLeakError(
             f"{self!r} was performed {where}, but its handler was installed outside it. "

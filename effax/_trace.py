@@ -119,53 +119,48 @@ def foreign_tracers(leaves: Iterable[Any], set_ref: TraceRef) -> bool:
 # Public JAX entry points whose Python frames identify the staging transform that
 # is being traced, mapped to the effax wrapper to use instead. Only consulted to
 # word an error message, never to decide anything.
+_JIT = ("jax.jit", "effax.jit (or effax.handle(fn, transform=jax.jit))")
 _STAGING_APIS: Final = {
-    "scan": "effax.scan",
-    "map": "effax.map",
-    "fori_loop": "effax.fori_loop",
-    "while_loop": "effax.while_loop",
-    "cond": "effax.cond",
-    "switch": "effax.switch",
-    "checkpoint": "effax.checkpoint",
-    "remat": "effax.checkpoint",
-    "fun_remat": "effax.checkpoint",
-    "shard_map": "effax.shard_map",
-    "_shard_map": "effax.shard_map",
-    "eval_shape": "effax.handle(fn, transform=jax.eval_shape)",
-    "make_jaxpr": "effax.handle(fn) inside the traced function",
-    "pmap": "effax.shard_map",
-    "_python_pjit_helper": "effax.jit (or effax.handle(fn, transform=jax.jit))",
-    "_cpp_pjit": "effax.jit (or effax.handle(fn, transform=jax.jit))",
-    "cache_miss": "effax.jit (or effax.handle(fn, transform=jax.jit))",
-    "trace": "effax.jit (or effax.handle(fn, transform=jax.jit))",
+    "scan": ("scan", "effax.scan"),
+    "map": ("map", "effax.map"),
+    "fori_loop": ("fori_loop", "effax.fori_loop"),
+    "while_loop": ("while_loop", "effax.while_loop"),
+    "cond": ("cond", "effax.cond"),
+    "switch": ("switch", "effax.switch"),
+    "checkpoint": ("checkpoint", "effax.checkpoint"),
+    "remat": ("checkpoint", "effax.checkpoint"),
+    "fun_remat": ("checkpoint", "effax.checkpoint"),
+    "eval_shape": ("eval_shape", "effax.handle(fn, transform=jax.eval_shape)"),
+    "make_jaxpr": ("make_jaxpr", "effax.handle(fn) inside the traced function"),
+    "pmap": ("pmap", "effax.shard_map"),
+    "_python_pjit_helper": _JIT,
+    "_cpp_pjit": _JIT,
+    "cache_miss": _JIT,
+    "trace": _JIT,
 }
+_STAGING_MODULES: Final = {"jax._src.shard_map": ("shard_map", "effax.shard_map")}
 
 
 def innermost_staging_api() -> tuple[str, str] | None:
     """Best effort: ``(jax api, effax wrapper)`` of the staging transform being traced.
 
-    Looks at the Python stack for the outermost JAX frame of the innermost
-    contiguous block of JAX frames (so ``lax.map`` is reported, not the
-    ``lax.scan`` it calls). Returns ``None`` if nothing is recognised.
+    Walks the Python stack outwards to the innermost frame that belongs to a known
+    staging API, then on through further frames of the same JAX module (so
+    ``lax.map`` is reported rather than the ``lax.scan`` it calls, but a
+    ``shard_map`` inside ``jax.jit`` is reported as ``shard_map``). Returns `None`
+    if nothing is recognised.
     """
     frame: Any = sys._getframe(1)
     found: tuple[str, str] | None = None
-    in_jax_block = False
+    found_module = ""
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        is_jax = module.startswith("jax.") or module == "jax"
-        if is_jax:
-            in_jax_block = True
-            name = frame.f_code.co_name
-            if name in _STAGING_APIS:
-                public = {"fun_remat": "checkpoint"}.get(name, name)
-                if _STAGING_APIS[name].startswith("effax.jit"):
-                    public = "jax.jit"
-                found = (public, _STAGING_APIS[name])
-        elif in_jax_block and found is not None:
-            return found
-        elif in_jax_block:
-            in_jax_block = False
+        if module.startswith("jax."):
+            api = _STAGING_MODULES.get(module) or _STAGING_APIS.get(frame.f_code.co_name)
+            if api is not None and (found is None or module == found_module):
+                found, found_module = api, module
+        elif found is not None:
+            break
         frame = frame.f_back
     return found
 

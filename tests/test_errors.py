@@ -54,6 +54,30 @@ RAW = {
         r"inside fori_loop.*Use effax\.fori_loop",
     ),
     "map": (lambda f: jax.lax.map(f, jnp.ones(2)), r"inside map.*Use effax\.map"),
+    "switch": (
+        lambda f: jax.lax.switch(1, [lambda x: x, f], jnp.float32(1)),
+        r"inside switch.*Use effax\.switch",
+    ),
+    "shard_map": (
+        lambda f: jax.shard_map(
+            f,
+            mesh=jax.sharding.Mesh(jax.devices()[:1], ("i",)),
+            in_specs=jax.sharding.PartitionSpec(),
+            out_specs=jax.sharding.PartitionSpec(),
+        )(jnp.float32(1)),
+        r"shard_map.*Use effax\.shard_map",
+    ),
+    "jit-of-shard_map": (
+        lambda f: jax.jit(
+            jax.shard_map(
+                f,
+                mesh=jax.sharding.Mesh(jax.devices()[:1], ("i",)),
+                in_specs=jax.sharding.PartitionSpec(),
+                out_specs=jax.sharding.PartitionSpec(),
+            )
+        )(jnp.float32(1)),
+        r"shard_map.*Use effax\.shard_map",
+    ),
     "checkpoint": (
         lambda f: jax.checkpoint(f)(jnp.float32(1)),
         r"inside checkpoint.*Use effax\.checkpoint",
