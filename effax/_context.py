@@ -132,9 +132,21 @@ class _SetOnEnter(Generic[T]):
 # looking one up is a dict lookup. Creating effects creates no context variables.
 
 Entry = tuple["Handler[Any]", _trace.TraceRef]
-Stack = Mapping["Effect[Any]", Entry]
 
-_EMPTY: Stack = {}
+
+class Stack(dict["Effect[Any]", Entry]):
+    """An installed set of handlers: effect -> (handler, trace ref). Never mutated
+    after it is installed; `memo` lets callers cache what they derive from it (for
+    as long as the stack itself lives, and no longer)."""
+
+    __slots__ = ("memo",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.memo: dict[Any, Any] = {}
+
+
+_EMPTY = Stack()
 _STACK: contextvars.ContextVar[Stack] = contextvars.ContextVar("effax.handlers", default=_EMPTY)
 
 
@@ -145,7 +157,7 @@ def current_stack() -> Stack:
 def push(handlers: tuple[Handler[Any], ...]) -> contextvars.Token[Stack]:
     """Install `handlers` (later ones innermost) at the current trace."""
     ref = _trace.current_trace_ref()
-    stack = dict(_STACK.get())
+    stack = Stack(_STACK.get())
     for handler in handlers:
         stack[handler.effect] = (handler, ref)
     return _STACK.set(stack)
@@ -153,7 +165,7 @@ def push(handlers: tuple[Handler[Any], ...]) -> contextvars.Token[Stack]:
 
 def push_entries(entries: Mapping[Effect[Any], Entry]) -> contextvars.Token[Stack]:
     """Install pre-built entries (used to mark effects during a trace)."""
-    stack = dict(_STACK.get())
+    stack = Stack(_STACK.get())
     stack.update(entries)
     return _STACK.set(stack)
 

@@ -339,34 +339,52 @@ class _Handled:
             if effect in used and effect not in self.own_effects:
                 self.row[effect] = None
 
+    def call_eagerly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        handlers = self.handlers(_context.current_stack())
+        plan, dynamic = export_all(handlers)
+        used: set[Effect[Any]] = set()
+        out, inner = run_inside(plan, dynamic, self.fn, args, kwargs, track=used)
+        results = outcomes_of(plan, dynamic, inner, carry_required=False)
+        self.note_performed(plan, used)
+        for handler, result in zip(handlers, results, strict=True):
+            handler.absorb(result, steps=1)
+        return out
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.transform is None:
+            return self.call_eagerly(args, kwargs)
         stack = _context.current_stack()
         while True:
-            handlers = self.handlers(stack)
-            plan, dynamic = export_all(handlers)
-            if self.transform is None:
-                used: set[Effect[Any]] = set()
-                out, inner = run_inside(plan, dynamic, self.fn, args, kwargs, track=used)
-                results = outcomes_of(plan, dynamic, inner, carry_required=False)
-                self.note_performed(plan, used)
-                break
+            # Which handlers to plumb depends only on the stack, the current trace and
+            # the row: memoised on the stack, so a call inside one `with` block
+            # computes it once.
+            key = (self, _trace.current_trace_ref(), None if self.row is None else len(self.row))
+            try:
+                handlers, kinds = stack.memo[key]
+            except KeyError:
+                handlers = self.handlers(stack)
+                kinds = tuple((h.effect, type(h)) for h in handlers)
+                stack.memo[key] = handlers, kinds
+            exports = [h.export() for h in handlers]
+            plan = tuple(
+                (effect, cls, export.static)
+                for (effect, cls), export in zip(kinds, exports, strict=True)
+            )
             first = self.row is None
             try:
-                out, dyn_out, statics = self.compiled(plan)(dynamic, *args, **kwargs)
+                out, dyn_out, statics = self.compiled(plan)(
+                    [(export.const, export.carry) for export in exports], *args, **kwargs
+                )
             except NeedsEffect as need:
                 if need.owner is not self or self.row is None:
                     raise
                 self.row[need.effect] = None
                 continue
-            if first:
-                self.handlers(stack)  # let enclosing traced regions note what fn performs
-            results = [
-                Outcome(static, carry, values)
-                for static, (carry, values) in zip(statics.value, dyn_out, strict=True)
-            ]
             break
-        for handler, result in zip(handlers, results, strict=True):
-            handler.absorb(result, steps=1)
+        if first:
+            self.handlers(stack)  # let enclosing traced regions note what fn performs
+        for handler, static, (carry, values) in zip(handlers, statics.value, dyn_out, strict=True):
+            handler.absorb(Outcome(static, carry, values), steps=1)
         return out
 
 

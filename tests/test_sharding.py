@@ -7,8 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import assert_transparent
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import effax as fx
 
