@@ -245,6 +245,7 @@ def plumb_and_transform(
 # --- handle ---------------------------------------------------------------------------
 
 
+@jax.tree_util.register_static
 class _StaticOut:
     """A pytree node with no leaves: carries trace-time Python values out of a
     transformed function in its tree structure, so they come back with every call
@@ -252,13 +253,14 @@ class _StaticOut:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: Hashable) -> None:
         self.value = value
 
+    def __hash__(self) -> int:
+        return hash(self.value)
 
-jax.tree_util.register_pytree_node(
-    _StaticOut, lambda s: ((), s.value), lambda value, _: _StaticOut(value)
-)
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _StaticOut and other.value == self.value
 
 
 class _Handled:
@@ -350,29 +352,35 @@ class _Handled:
             handler.absorb(result, steps=1)
         return out
 
+    def plumbing(self, stack: _context.Stack) -> _Plumbing:
+        """What to plumb for a call under `stack`, memoised on the stack itself: a
+        call inside one ``with`` block derives it once."""
+        key = (self, _trace.current_trace_ref(), None if self.row is None else len(self.row))
+        try:
+            plumbing: _Plumbing = stack.memo[key]
+        except KeyError:
+            plumbing = stack.memo[key] = _Plumbing(self.handlers(stack))
+        return plumbing
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.transform is None:
             return self.call_eagerly(args, kwargs)
         stack = _context.current_stack()
         while True:
-            # Which handlers to plumb depends only on the stack, the current trace and
-            # the row: memoised on the stack, so a call inside one `with` block
-            # computes it once.
-            key = (self, _trace.current_trace_ref(), None if self.row is None else len(self.row))
+            plumbing = self.plumbing(stack)
+            exports = [export() for export in plumbing.exports]
+            statics = tuple([export.static for export in exports])
             try:
-                handlers, kinds = stack.memo[key]
+                compiled = plumbing.compiled[statics]
             except KeyError:
-                handlers = self.handlers(stack)
-                kinds = tuple((h.effect, type(h)) for h in handlers)
-                stack.memo[key] = handlers, kinds
-            exports = [h.export() for h in handlers]
-            plan = tuple(
-                (effect, cls, export.static)
-                for (effect, cls), export in zip(kinds, exports, strict=True)
-            )
+                plan = tuple(
+                    (effect, cls, static)
+                    for (effect, cls), static in zip(plumbing.kinds, statics, strict=True)
+                )
+                compiled = plumbing.compiled[statics] = self.compiled(plan)
             first = self.row is None
             try:
-                out, dyn_out, statics = self.compiled(plan)(
+                out, dyn_out, static_out = compiled(
                     [(export.const, export.carry) for export in exports], *args, **kwargs
                 )
             except NeedsEffect as need:
@@ -383,9 +391,25 @@ class _Handled:
             break
         if first:
             self.handlers(stack)  # let enclosing traced regions note what fn performs
-        for handler, static, (carry, values) in zip(handlers, statics.value, dyn_out, strict=True):
-            handler.absorb(Outcome(static, carry, values), steps=1)
+        for absorb, static, (carry, values) in zip(
+            plumbing.absorbs, static_out.value, dyn_out, strict=True
+        ):
+            absorb(Outcome(static, carry, values), steps=1)
         return out
+
+
+class _Plumbing:
+    """The handlers one handled function plumbs under one installed stack, with
+    their bound protocol methods and the compiled functions by static exports."""
+
+    __slots__ = ("absorbs", "compiled", "exports", "handlers", "kinds")
+
+    def __init__(self, handlers: list[Handler[Any]]) -> None:
+        self.handlers = handlers
+        self.kinds = tuple((h.effect, type(h)) for h in handlers)
+        self.exports = [h.export for h in handlers]
+        self.absorbs = [h.absorb for h in handlers]
+        self.compiled: dict[tuple[Hashable, ...], Callable[..., Any]] = {}
 
 
 def handle(
