@@ -13,6 +13,33 @@ import pytest
 collect_ignore_glob = ["types/*"]
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# No key is ever used twice: effax's streams must hand out fresh keys only.
+jax.config.update("jax_debug_key_reuse", True)
+
+
+@pytest.fixture(autouse=True)
+def _check_leaks(request):
+    """Every test runs under jax.checking_leaks(): no tracer outlives its trace.
+
+    Only tests that leak a trace on purpose, to show effax refusing to use it, are
+    marked `leaks_on_purpose`.
+    """
+    if request.node.get_closest_marker("leaks_on_purpose"):
+        yield
+        return
+    with jax.checking_leaks():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _key_reuse(request):
+    """Key reuse is an error, except in tests that compare two implementations on
+    the same keys (`reuses_keys_on_purpose`)."""
+    if request.node.get_closest_marker("reuses_keys_on_purpose"):
+        with jax.debug_key_reuse(False):
+            yield
+    else:
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -456,6 +456,7 @@ def test_value_set_inside_jit_is_a_traced_input():
     assert len(traces) == 1
 
 
+@pytest.mark.leaks_on_purpose
 def test_value_set_inside_a_finished_trace_cannot_be_read_outside():
     leaked: list[contextvars.Context] = []
 

@@ -304,6 +304,7 @@ def test_jitted_keys_are_bit_identical_to_eager_keys():
     np.testing.assert_array_equal(jax.jit(keys)(base), keys(base))
 
 
+@pytest.mark.reuses_keys_on_purpose
 def test_vmapped_key_stream_matches_eager_and_traces_once_per_shape():
     traces = []
 
