@@ -167,6 +167,7 @@ class Handler(abc.ABC, Generic[E]):
         self.absorb(outcome, steps=1)
 
     def __enter__(self: H) -> H:
+        _check_home(self)
         tokens: list[Any] = self._tokens
         tokens.append(_context.push((self,)))
         return self
@@ -184,6 +185,21 @@ class Handler(abc.ABC, Generic[E]):
     # handler passed to `effax.handle` may not be used under a staging trace that it
     # was created outside of.
     _home: Any
+
+
+def _check_home(handler: Handler[Any]) -> None:
+    """Refuse to install a handler outside the trace it was created under."""
+    home = getattr(handler, "_home", None)
+    if home is None or home is _trace.current_trace_ref():
+        return
+    if _trace.reachability(home) != "ok":
+        raise EffectLeakError(
+            f"The handler of {handler.effect!r} was created under a JAX trace that this "
+            "code is not nested in (it escaped the transformation it was made in, e.g. "
+            "through a closure or a list), so its values may be tracers of a finished "
+            "trace. Create the handler where it is installed, or pass its values out of "
+            "the transformation explicitly."
+        )
 
 
 # --- effects -----------------------------------------------------------------------
@@ -745,6 +761,8 @@ class Handlers(Mapping[Effect[Any], Any]):
         return len(self._handlers)
 
     def __enter__(self) -> Handlers:
+        for handler in self._handlers.values():
+            _check_home(handler)
         self._tokens.append(_context.push(tuple(self._handlers.values())))
         return self
 

@@ -17,8 +17,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 import jax
 
 from . import _context, _trace
-from ._effects import Effect, Handler, NeedsEffect, Outcome
-from ._errors import EffectLeakError
+from ._effects import Effect, Handler, NeedsEffect, Outcome, _check_home
 from ._region import Plan, export_all, outcomes_of, outer_handlers, run_inside
 
 __all__ = ["handle", "jit", "plumb_and_transform"]
@@ -290,17 +289,8 @@ class _Handled:
         """The handlers to plumb in: the outer ones `fn` needs, then its own."""
         row = None if self.transform is None else self.row
         outer = outer_handlers(stack, skip=self.own_effects, row=row)
-        ref = _trace.current_trace_ref()
         for handler in self.own:
-            home = getattr(handler, "_home", None)
-            if home is not None and home is not ref and _trace.reachability(home) != "ok":
-                raise EffectLeakError(
-                    f"The handler of {handler.effect!r} passed to effax.handle was created "
-                    "outside the JAX transformation this call is traced in, so its state "
-                    "would be baked in as a constant and written back as a leaked tracer. "
-                    "Call the handled function outside that transformation, or create the "
-                    "handler inside it."
-                )
+            _check_home(handler)
         outer.extend(self.own)
         return outer
 

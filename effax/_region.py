@@ -57,7 +57,8 @@ def outer_handlers(
     ref = _trace.current_trace_ref()
     skip = frozenset(skip)
     handlers: list[Handler[Any]] = []
-    for effect in stack if row is None else row:
+    # `row` may grow while another thread traces: iterate over a snapshot.
+    for effect in stack if row is None else tuple(row):
         if effect in skip:
             continue
         entry = stack.get(effect)
