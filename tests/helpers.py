@@ -29,7 +29,7 @@ def assert_bitwise_equal(a, b):
     _compare(a, b, float_rtol=0.0)
 
 
-def assert_transparent(compiled, eager):
+def assert_transparent(compiled, eager, *, rtol=1e-6):
     """What a compiled run must share with the eager run of the same program.
 
     Keys, integers and booleans bit for bit. Floating-point leaves to within a few
@@ -38,4 +38,4 @@ def assert_transparent(compiled, eager):
     program compiled two ways (nested handles, effax vs hand-plumbed) is compared
     bitwise with `assert_bitwise_equal`.
     """
-    _compare(compiled, eager, float_rtol=1e-6)
+    _compare(compiled, eager, float_rtol=rtol)
