@@ -110,7 +110,10 @@ def run(ops, acc, compiled):
             a, b = op[1], op[2]
             if compiled:
                 acc = fx.cond(
-                    acc > 0, lambda c: run(a, c, compiled), lambda c: run(b, c, compiled), acc
+                    acc > 0,
+                    lambda c, a=a: run(a, c, compiled),
+                    lambda c, b=b: run(b, c, compiled),
+                    acc,
                 )
             else:
                 acc = run(a, acc, compiled) if acc > 0 else run(b, acc, compiled)
