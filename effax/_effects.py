@@ -58,6 +58,11 @@ PyTree = Any
 
 # --- the plumbing protocol ----------------------------------------------------------
 
+# The context-variable tokens of handlers currently entered as context managers, by
+# handler id (entries are removed on exit, so ids are never stale). Kept here rather
+# than on the handler so that user-defined handlers need no bookkeeping field.
+_ENTERED: dict[int, list[Any]] = {}
+
 
 class Export(NamedTuple):
     """What a handler sends into a traced region.
@@ -119,7 +124,8 @@ class Handler(abc.ABC, Generic[E]):
     3. :meth:`outcome` on that inner handler after the traced body ran;
     4. :meth:`absorb` on the outer handler, with the outcome, after the call returned
        successfully. If the call raises, nothing is absorbed: the outer handler stays
-       exactly as it was.
+       exactly as it was. An empty outcome (no static, no carry, no values) may be
+       skipped.
 
     `rebuild` may depend only on its arguments and the class: anything else that
     shapes the traced code belongs in `Export.static`.
@@ -168,8 +174,7 @@ class Handler(abc.ABC, Generic[E]):
 
     def __enter__(self: H) -> H:
         _check_home(self)
-        tokens: list[Any] = self._tokens
-        tokens.append(_context.push((self,)))
+        _ENTERED.setdefault(id(self), []).append(_context.push((self,)))
         return self
 
     def __exit__(
@@ -178,9 +183,12 @@ class Handler(abc.ABC, Generic[E]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _context.pop(self._tokens.pop())
+        tokens = _ENTERED[id(self)]
+        token = tokens.pop()
+        if not tokens:
+            del _ENTERED[id(self)]
+        _context.pop(token)
 
-    _tokens: list[Any]
     # The trace the handler was created under (built-in handlers record it): a
     # handler passed to `effax.handle` may not be used under a staging trace that it
     # was created outside of.
@@ -261,8 +269,14 @@ class Effect(Generic[H]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
-    def _find(self) -> H:
-        """The innermost handler for this effect, checked for trace safety."""
+    def handler(self) -> H:
+        """The innermost handler of this effect, checked for trace safety.
+
+        Operations of user-defined effects call this (or `handler_for_write`, which
+        also refuses a value that would leak a tracer) to reach their handler.
+        Raises `UnhandledEffectError` if there is none, `EffectLeakError` if it was
+        installed outside a staging transformation around this call.
+        """
         entry = _context.current_stack().get(self)
         if entry is None:
             raise UnhandledEffectError(
@@ -308,8 +322,10 @@ class Effect(Generic[H]):
                 f"the JAX transformation that produced it. {WRITE_LEAK_EXPLANATION}"
             )
 
-    def _find_for_write(self, value: Any) -> H:
-        handler = self._find()
+    def handler_for_write(self, value: Any) -> H:
+        """`handler()`, refusing `value` if it holds a tracer that would outlive its
+        transformation once stored in the handler (raises `EffectLeakError`)."""
+        handler = self.handler()
         ref = _context.current_stack()[self][1]
         if ref is not _trace.current_trace_ref():
             self._check_write(value, ref)
@@ -358,7 +374,7 @@ class Ask(Effect["Provider[T]"], Generic[T]):
 
     def ask(self) -> T:
         """The value provided by the innermost handler."""
-        return self._find().provided
+        return self.handler().provided
 
     def provide(self, value: T) -> Provider[T]:
         """A handler that answers `ask()` with `value`."""
@@ -381,7 +397,6 @@ class Provider(Handler[Ask[T]]):
 
     effect: Ask[T]
     provided: T
-    _tokens: list[Any] = attrs.field(factory=list, init=False, repr=False)
     _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
 
     @property
@@ -439,17 +454,17 @@ class State(Effect["StateCell[S]"], Generic[S]):
 
     def get(self) -> S:
         """The current value."""
-        return self._find().value
+        return self.handler().value
 
     def set(self, value: S) -> None:
         """Replace the current value."""
-        self._find_for_write(value).value = value
+        self.handler_for_write(value).value = value
 
     def modify(self, fn: Callable[[S], S]) -> S:
         """Replace the value by `fn(value)` and return the new value."""
-        cell = self._find()
+        cell = self.handler()
         new = fn(cell.value)
-        self._find_for_write(new)
+        self.handler_for_write(new)
         cell.value = new
         return new
 
@@ -464,7 +479,6 @@ class StateCell(Handler[State[S]]):
 
     effect: State[S]
     value: S
-    _tokens: list[Any] = attrs.field(factory=list, init=False, repr=False)
     _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
 
     def export(self) -> Export:
@@ -546,7 +560,7 @@ class RandomKey(Effect["KeyStream"]):
 
     def next_key(self) -> jax.Array:
         """A fresh key: ``fold_in(base_key, counter)``, then the counter advances."""
-        return self._find().next_key()
+        return self.handler().next_key()
 
     def seed(self, key: int | jax.Array) -> KeyStream:
         """A key-stream handler starting at `key` (an int, a typed key or a raw key)."""
@@ -576,7 +590,6 @@ class KeyStream(Handler[RandomKey]):
     offset: int = 0
     dynamic: jax.Array | None = None
     drawn: int | None = 0
-    _tokens: list[Any] = attrs.field(factory=list, init=False, repr=False)
     _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
 
     @property
@@ -674,7 +687,7 @@ class Emit(Effect["Collector[T]"], Generic[T]):
 
     def emit(self, value: T) -> None:
         """Append `value` to the innermost collector."""
-        self._find_for_write(value).values.append(value)
+        self.handler_for_write(value).values.append(value)
 
     def collect(self) -> Collector[T]:
         """A handler collecting the emitted values in `.values`."""
@@ -687,7 +700,6 @@ class Collector(Handler[Emit[T]]):
 
     effect: Emit[T]
     values: list[T] = attrs.field(factory=list)
-    _tokens: list[Any] = attrs.field(factory=list, init=False, repr=False)
     _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
 
     @property

@@ -263,9 +263,11 @@ class _StaticOut:
 
 
 class _Handled:
-    """The state of one `handle(fn, *handlers, transform=...)`."""
+    """One `handle(fn, *handlers, transform=...)`: the function it returns.
 
-    __slots__ = ("cache", "fn", "own", "own_effects", "row", "transform")
+    It is its own wrapper (``functools.update_wrapper`` gives it `fn`'s name,
+    docstring and signature), so a call costs one Python frame.
+    """
 
     def __init__(
         self, fn: Callable[..., Any], own: tuple[Handler[Any], ...], transform: Transform | None
@@ -384,7 +386,8 @@ class _Handled:
         for absorb, static, (carry, values) in zip(
             plumbing.absorbs, static_out.value, dyn_out, strict=True
         ):
-            absorb(Outcome(static, carry, values), steps=1)
+            if static is not None or carry is not None or values:
+                absorb(Outcome(static, carry, values), steps=1)
         return out
 
 
@@ -450,13 +453,7 @@ def handle(
                 "effax.handle(fn, *handlers) takes handlers (e.g. `steps.init(0)`), but "
                 f"got {type(handler).__name__}: {handler!r}."
             )
-    state = _Handled(fn, handlers, transform)
-
-    @ft.wraps(fn)
-    def handled(*args: P.args, **kwargs: P.kwargs) -> R:
-        return state(*args, **kwargs)  # type: ignore[no-any-return]
-
-    return handled
+    return ft.update_wrapper(_Handled(fn, handlers, transform), fn)
 
 
 @overload

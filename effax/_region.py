@@ -74,7 +74,7 @@ def outer_handlers(
                 entry_ref = entry_ref.ref
             if entry_ref is not ref and _trace.reachability(entry_ref) != "ok":
                 if row is not None:
-                    effect._find()  # raises the error that explains why
+                    effect.handler()  # raises the error that explains why
                 continue
         handlers.append(handler)
     return handlers

@@ -2,7 +2,8 @@
 # Every check effax has, on both supported JAX lines, from a fresh clone:
 #   ruff (lint + format), mypy --strict over effax/, the test suite (docstring
 #   examples included) on the default python3 (jax 0.10.x on 3.11) and on a
-#   Python 3.12 (jax 0.12.x).
+#   Python 3.12 (jax 0.12.x); then the documentation site (docs/), every page
+#   executed, warnings as errors.
 # Environments are created under .venvs/ on first use and reused afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,10 +20,10 @@ find_py312() {
   return 1
 }
 
-run_suite() {  # run_suite NAME
+run_suite() {  # run_suite NAME HYPOTHESIS_PROFILE
   local env=".venvs/$1"
   echo "==> $1: $("$env/bin/python" -c 'import sys, jax; print(f"python {sys.version.split()[0]}, jax {jax.__version__}")')"
-  "$env/bin/python" -m pytest "${PYTEST_ARGS[@]}"
+  HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-$2}" "$env/bin/python" -m pytest "${PYTEST_ARGS[@]}"
 }
 
 PYTEST_ARGS=("$@")
@@ -36,8 +37,8 @@ if ! PY312="$(find_py312)"; then
   exit 3
 fi
 
-make_env default "$PY_DEFAULT" "[dev]"
-make_env py312 "$PY312" "[dev]"
+make_env default "$PY_DEFAULT" "[dev,docs]"
+make_env py312 "$PY312" "[dev,docs]"
 
 echo "==> ruff"
 .venvs/default/bin/ruff check .
@@ -46,6 +47,9 @@ echo "==> mypy --strict effax/"
 .venvs/default/bin/mypy --strict effax
 .venvs/py312/bin/mypy --strict effax
 
-run_suite default
-run_suite py312
+# 500 generated programs on the default JAX, 100 more on the second one
+run_suite default ci
+run_suite py312 ci-small
+echo "==> docs: every page executed, warnings as errors"
+.venvs/default/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 echo "==> all checks passed"

@@ -1,7 +1,11 @@
 """Every benchmark runs for one iteration, so none can rot."""
 
 import importlib.util
+import math
 import pathlib
+import sys
+
+import pytest
 
 BENCHMARKS = pathlib.Path(__file__).parent.parent / "benchmarks"
 
@@ -17,3 +21,98 @@ def test_bench_context_quick():
     results = load("bench_context").main(["--quick"])
     assert results["JitAwareContextVar.get"] > 0
     assert set(results) >= {"Ask.ask", "State.get", "State.set", "RandomKey.next_key"}
+
+
+# --- the suite run by benchmarks/run.py: every case for one iteration ------------------
+
+ROW_KEYS = {
+    "case",
+    "contender",
+    "value",
+    "unit",
+    "baseline",
+    "baseline_value",
+    "ratio",
+    "target",
+    "meets_target",
+    "notes",
+}
+
+
+@pytest.fixture
+def benchmarks_on_path(monkeypatch):
+    # the benchmark scripts import their shared helpers (`_harness`) as siblings
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+
+
+def check_rows(rows, cases):
+    assert {r["case"] for r in rows} == set(cases)
+    for r in rows:
+        assert set(r) == ROW_KEYS
+        if r["notes"].startswith("SKIPPED"):
+            assert math.isnan(r["value"])
+            continue
+        assert r["value"] > 0, r
+        if r["baseline"] is not None:
+            assert r["baseline_value"] > 0, r
+            assert r["ratio"] > 0, r
+
+
+def test_bench_dispatch_quick(benchmarks_on_path):
+    results = load("bench_dispatch").main(["--quick"])
+    check_rows(results["rows"], {"1", "2", "3"})
+    contenders = {r["contender"] for r in results["rows"]}
+    # 1: around, cells; 2: 100 States, 1 State; 3: +100 handlers, `with` per call
+    assert len(contenders) == 6
+    assert all(results["agreement"].values()), results["agreement"]
+    assert not any(results["retraces_while_timing"].values()), results["retraces_while_timing"]
+
+
+def test_bench_compile_quick(benchmarks_on_path):
+    results = load("bench_compile").main(["--quick"])
+    check_rows(results["rows"], {"4"})
+    assert len(results["rows"]) == 2
+    for part in ("plain", "keyed"):
+        assert results[part]["agree"]
+        for stages in results[part]["stages_s"].values():
+            assert all(s[k] > 0 for s in stages for k in ("trace", "lower", "compile", "total"))
+
+
+def test_bench_eager_quick(benchmarks_on_path):
+    results = load("bench_eager").main(["--quick"])
+    check_rows(results["rows"], {"5"})
+    names = {r["contender"] for r in results["rows"]}
+    assert {"Ask.ask (eager)", "State.get (eager)", "State.set (eager)"} <= names
+    assert {"RandomKey.next_key (eager)", "Emit.emit (eager)"} <= names
+
+
+def test_bench_peers_quick(benchmarks_on_path):
+    module = load("bench_peers")
+    results = module.main(["--quick"])
+    check_rows(results["rows"], {"6"})
+    measured = {r["contender"] for r in results["rows"] if not math.isnan(r["value"])}
+    # effax and the hand-plumbed step always run; a peer runs or says why not
+    assert {module.EFFAX, module.HAND} <= measured
+    assert measured | set(results["skipped"]) == set(module.LIBRARIES)
+    assert all(reason for reason in results["skipped"].values())
+    for name in (module.EFFAX, module.HAND):
+        assert results["agreement"][name]["dropout_bitwise"]
+        assert results["agreement"][name]["no_dropout_bitwise"]
+    for name in measured:
+        assert results["agreement"][name]["agrees"], (name, results["agreement"][name])
+
+
+def test_run_writes_json_markdown_chart(benchmarks_on_path, tmp_path):
+    results = load("run").main(["--quick", "--cases", "5", "--out", str(tmp_path)])
+    check_rows(results["rows"], {"5"})
+    assert (tmp_path / "results.json").stat().st_size > 0
+    assert "| case | contender |" in (tmp_path / "results.md").read_text()
+    if "matplotlib" in sys.modules or importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "results.png").stat().st_size > 0
+
+
+def test_profile_dispatch_quick(benchmarks_on_path):
+    results = load("profile_dispatch").main(["--quick", "--top", "5"])
+    check_rows(results["rows"], {"prof"})
+    assert set(results["profiles"]) == {"case 1", "case 3"}
+    assert "ncalls" in results["profiles"]["case 1"]

@@ -2,6 +2,9 @@
 
 import importlib.util
 import pathlib
+import sys
+
+import numpy as np
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
 
@@ -9,6 +12,7 @@ EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
 def load(name):
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses (Equinox modules) look their module up here
     spec.loader.exec_module(module)
     return module
 
@@ -30,3 +34,68 @@ def test_readme_example_runs():
         exec(compile(block, "README.md", "exec"), namespace)
     assert int(namespace["hs"][namespace["steps"]]) == 2
     assert len(namespace["hs"][namespace["aux_loss"]]) == 2
+
+
+def test_mlp_regression_learns_and_saves_its_loss_curve(tmp_path, capsys):
+    mlp = load("mlp_regression")
+    png = tmp_path / "loss.png"
+    result = mlp.main(200, png=png)
+    losses = result["losses"]
+    assert len(losses) == 200
+    first, last = sum(losses[:20]) / 20, sum(losses[-20:]) / 20
+    assert last < first / 5, (first, last)
+    assert result["test_after"] < result["test_before"] / 10
+    assert result["keys_drawn"] == 2 * 200  # two dropout layers, one key each per step
+    assert len(mlp.traces) == 1  # the training step was traced once
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "step     0" in out and "step   199" in out
+    assert "traced 1 time(s)" in out
+
+
+def test_batchnorm_running_statistics_track_the_data():
+    bn = load("batchnorm_equinox")
+    result = bn.main(150)
+    np.testing.assert_allclose(result["running_mean"], bn.DATA_MEAN, atol=0.3)
+    np.testing.assert_allclose(result["running_var"], bn.DATA_STD**2, rtol=0.25)
+    losses = result["losses"]
+    assert sum(losses[-30:]) / 30 < sum(losses[:30]) / 30
+    assert result["test_after"] < result["test_before"] / 3
+    # evaluating with running statistics is about as good as with the test batch's own
+    assert abs(result["test_after"] - result["test_batch_stats"]) < 0.1
+
+
+def test_sharded_step_splits_the_batch_and_matches_one_device():
+    sharded = load("sharded_step")
+    result = sharded.main(20)
+    np.testing.assert_allclose(result["sharded_losses"], result["single_losses"], rtol=1e-5)
+    np.testing.assert_allclose(
+        result["sharded_params"]["w"], result["single_params"]["w"], rtol=1e-5, atol=1e-6
+    )
+    assert result["sharded_losses"][-1] < result["sharded_losses"][0] / 100
+    w = result["sharded_params"]["w"]
+    assert len(w.sharding.device_set) == sharded.N_DEVICES
+    assert w.sharding.is_fully_replicated
+    # shard_map: the loss falls, one key drawn per step, per-device losses stacked
+    assert result["mapped_losses"][-1] < result["mapped_losses"][0] / 2
+    assert result["keys_drawn"] == 20
+    last = np.asarray(result["device_losses"][-1])
+    assert last.shape == (sharded.N_DEVICES,)
+    assert len(set(last.round(6).tolist())) == sharded.N_DEVICES  # distinct keys per device
+
+
+def test_langevin_sampler_matches_the_target_moments():
+    langevin = load("langevin")
+    result = langevin.main(500)
+    np.testing.assert_allclose(result["mean"], langevin.TARGET_MEAN, atol=0.05)
+    np.testing.assert_allclose(result["var"], langevin.TARGET_STD**2, rtol=0.1)
+    rates = np.asarray(result["accept_rates"])
+    assert rates.shape == (500,)  # emitted once per step, stacked by effax.scan
+    assert 0.4 < rates.mean() < 0.95
+    assert result["keys_drawn"] == 2 * 500
+    assert result["transparent"]
+
+
+def test_every_example_is_tested():
+    tested = {"counter", "mlp_regression", "batchnorm_equinox", "sharded_step", "langevin"}
+    assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
