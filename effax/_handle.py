@@ -12,12 +12,12 @@ import functools as ft
 import inspect
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import ExitStack
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 import jax
 
 from . import _context, _trace
-from ._effects import Effect, Handler, NeedsEffect, Outcome, _check_home
+from ._effects import Blocked, Effect, Handler, NeedsEffect, Outcome, _check_home
 from ._region import Plan, export_all, outcomes_of, outer_handlers, run_inside
 
 __all__ = ["handle", "jit", "plumb_and_transform"]
@@ -269,6 +269,8 @@ class _Handled:
     docstring and signature), so a call costs one Python frame.
     """
 
+    __effax_row__: tuple[Effect[Any], ...]
+
     def __init__(
         self, fn: Callable[..., Any], own: tuple[Handler[Any], ...], transform: Transform | None
     ) -> None:
@@ -308,7 +310,11 @@ class _Handled:
         def wrapper(dynamic: Any, /, *args: Any, **kwargs: Any) -> Any:
             # Runs while tracing: visible handlers that were not plumbed in are marked,
             # so performing one retries the call with it plumbed in.
-            replumb = tuple(e for e in _context.current_stack() if e not in plumbed)
+            replumb = tuple(
+                effect
+                for effect, (_, ref) in _context.current_stack().items()
+                if effect not in plumbed and not isinstance(ref, Blocked)
+            )
             used: set[Effect[Any]] = set()
             out, inner = run_inside(
                 plan, dynamic, fn, args, kwargs, track=used, replumb=replumb, owner=self
@@ -378,6 +384,12 @@ class _Handled:
             except NeedsEffect as need:
                 if need.owner is not self or self.row is None:
                     raise
+                if need.effect in self.row:  # pragma: no cover - would loop forever
+                    raise RuntimeError(
+                        f"effax internal error: {need.effect!r} was plumbed into "
+                        f"{getattr(self.fn, '__qualname__', self.fn)!r} and still reported "
+                        "missing. Please report this with the program that raised it."
+                    ) from None
                 self.row[need.effect] = None
                 continue
             break
@@ -453,7 +465,12 @@ def handle(
                 "effax.handle(fn, *handlers) takes handlers (e.g. `steps.init(0)`), but "
                 f"got {type(handler).__name__}: {handler!r}."
             )
-    return ft.update_wrapper(_Handled(fn, handlers, transform), fn)
+    handled = _Handled(fn, handlers, transform)
+    ft.update_wrapper(handled, fn)
+    if handled.row is not None and getattr(fn, "__effax_row__", None) is not None:
+        # what a caller of the handled function must handle: fn's row minus ours
+        handled.__effax_row__ = tuple(handled.row)
+    return cast("Callable[P, R]", handled)
 
 
 @overload

@@ -28,6 +28,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+_PARENTHESES = " Write `@effax.uses()` with parentheses to declare a pure function."
+
+
 def _row_text(row: tuple[Effect[Any], ...]) -> str:
     return f"effax.uses({', '.join(repr(effect) for effect in row)})"
 
@@ -103,14 +106,10 @@ def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """
     for effect in effects:
         if not isinstance(effect, Effect):
-            hint = (
-                " Write `@effax.uses()` with parentheses to declare a pure function."
-                if callable(effect)
-                else ""
-            )
             raise TypeError(
                 "effax.uses(...) takes effects (e.g. `@effax.uses(temperature, steps)`), "
-                f"but got {type(effect).__name__}: {effect!r}.{hint}"
+                f"but got {type(effect).__name__}: {effect!r}."
+                + (_PARENTHESES if callable(effect) else "")
             )
     row = tuple(dict.fromkeys(effects))
     declared = frozenset(row)

@@ -1,0 +1,283 @@
+"""The `effax_stubs.mypy_plugin` mypy plugin: a corpus of programs with pinned errors.
+
+Each file in tests/types/plugin/ is type-checked (never run) by mypy with the plugin
+enabled (tests/types/plugin/mypy.ini). A file is split into cases, each starting at
+a ``# case: <name>`` line and running to the next one; what comes before the first
+is the file's preamble. A line expected to get an error ends with a comment
+``# E: <code>`` (``# E: <code>, <code>`` for several, ``# E: <code>: <text>`` to pin
+part of the message too). Each case passes when mypy reports exactly the expected
+errors on its lines; files without cases are helper modules, checked as a whole.
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parent.parent
+CORPUS = ROOT / "tests" / "types" / "plugin"
+CONFIG = CORPUS / "mypy.ini"
+PLUGIN_CODES = {"effax-undeclared", "effax-unhandled", "effax-handler-type"}
+
+_CASE = re.compile(r"^# case: (?P<name>.+)$")
+_EXPECTED = re.compile(r"#\s*E:\s*(?P<codes>[a-z-]+(?:\s*,\s*[a-z-]+)*)(?::\s*(?P<text>.+))?$")
+_REPORTED = re.compile(
+    r"^(?P<path>[^:]+):(?P<line>\d+): (?P<severity>error|note): (?P<message>.*?)"
+    r"(?:  \[(?P<code>[a-z-]+)\])?$"
+)
+
+
+class Expected:
+    def __init__(self, line, code, text):
+        self.line, self.code, self.text = line, code, text
+
+    def matches(self, reported):
+        line, code, message = reported
+        return line == self.line and code == self.code and (self.text or "") in message
+
+    def __repr__(self):
+        return f"{self.line}: [{self.code}] {self.text or ''}".rstrip()
+
+
+def parse(path):
+    """The cases of a corpus file: [(name, first line, last line, expected errors)]."""
+    lines = path.read_text().splitlines()
+    starts = [(i + 1, m["name"]) for i, text in enumerate(lines) if (m := _CASE.match(text))]
+    bounds = [(1, "<preamble>"), *starts]
+    cases = []
+    ends = [first - 1 for first, _ in bounds[1:]] + [len(lines)]
+    for (first, name), last in zip(bounds, ends, strict=True):
+        expected = []
+        for number in range(first, last + 1):
+            match = _EXPECTED.search(lines[number - 1])
+            if match:
+                for code in match["codes"].split(","):
+                    expected.append(Expected(number, code.strip(), match["text"]))
+        cases.append((name, first, last, expected))
+    return cases
+
+
+FILES = sorted(CORPUS.glob("*.py"))
+CASES = [(path, *case) for path in FILES for case in parse(path) if case[0] != "<preamble>"]
+
+
+def run_mypy(*targets, config=CONFIG, cache_dir=os.devnull, cwd=ROOT, log=None):
+    """Run mypy with the plugin (its internal errors raised, not swallowed); with a
+    `log` list, append mypy's verbose log to it."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(config),
+            "--cache-dir",
+            str(cache_dir),
+            *(["--no-incremental"] if cache_dir == os.devnull else []),
+            "--show-error-codes",
+            "--hide-error-context",
+            "--no-error-summary",
+            "--no-pretty",
+            "--no-color-output",
+            "--show-traceback",
+            *(["--verbose"] if log is not None else []),
+            *map(str, targets),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env={**os.environ, "EFFAX_MYPY_PLUGIN_DEBUG": "1"},
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode in (0, 1), output  # 2: mypy crashed or could not run
+    if log is not None:
+        log.append(result.stderr)
+    reported = {}
+    for text in result.stdout.splitlines():
+        match = _REPORTED.match(text)
+        assert match, f"unexpected mypy output: {text}\n{output}"
+        if match["severity"] == "error":
+            path = (cwd / match["path"]).resolve()
+            reported.setdefault(path, []).append(
+                (int(match["line"]), match["code"], match["message"])
+            )
+    return reported
+
+
+@pytest.fixture(scope="module")
+def corpus_report():
+    return run_mypy(CORPUS)
+
+
+def check(reported, expected):
+    missing = [e for e in expected if not any(e.matches(r) for r in reported)]
+    unexpected = [r for r in reported if not any(e.matches(r) for e in expected)]
+    assert not missing and not unexpected, (
+        f"expected but not reported: {missing}\nreported but not expected: {unexpected}"
+    )
+    assert len(reported) == len(expected), (reported, expected)
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "first", "last", "expected"),
+    CASES,
+    ids=[f"{path.stem}::{name}" for path, name, *_ in CASES],
+)
+def test_case(corpus_report, path, name, first, last, expected):
+    reported = [r for r in corpus_report.get(path.resolve(), []) if first <= r[0] <= last]
+    check(reported, expected)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[path.name for path in FILES])
+def test_preambles_and_helper_modules(corpus_report, path):
+    """Outside cases (imports, declarations, whole helper modules): only what is pinned."""
+    name, first, last, expected = parse(path)[0]
+    assert name == "<preamble>"
+    reported = [r for r in corpus_report.get(path.resolve(), []) if first <= r[0] <= last]
+    check(reported, expected)
+
+
+def test_corpus_size_and_coverage():
+    rejected = [case for case in CASES if case[-1]]
+    accepted = [case for case in CASES if not case[-1]]
+    assert len(CASES) >= 40
+    assert len(rejected) >= 15 and len(accepted) >= 15
+    codes = {e.code for case in CASES for e in case[-1]}
+    assert codes >= PLUGIN_CODES
+    assert all(path.read_text().count("# case:") for path in FILES if path.stem != "mylib")
+
+
+# --- the package, the examples and the docs ------------------------------------------
+
+
+def docs_code(page):
+    """The code cells of a MyST page, as one module."""
+    cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", page.read_text(), flags=re.S)
+    body = []
+    for cell in cells:
+        lines = [line for line in cell.splitlines() if not line.startswith(":tags:")]
+        body.append(textwrap.dedent("\n".join(lines)))
+    return "\n\n".join(body)
+
+
+def test_no_reports_on_the_package_examples_and_docs(tmp_path):
+    docs = tmp_path / "docs_typing.py"
+    docs.write_text(docs_code(ROOT / "docs" / "typing.md"))
+    assert "@fx.uses(" in docs.read_text()
+    reported = run_mypy(
+        ROOT / "effax", ROOT / "effax_stubs", *sorted((ROOT / "examples").glob("*.py")), docs
+    )
+    plugin_reports = {
+        path: [r for r in errors if r[1] in PLUGIN_CODES] for path, errors in reported.items()
+    }
+    assert not any(plugin_reports.values()), plugin_reports
+    # the package and the docs are clean under --strict with the plugin on
+    for path, errors in reported.items():
+        assert not (path.is_relative_to(ROOT / "effax") and errors), (path, errors)
+        assert not (path.is_relative_to(ROOT / "effax_stubs") and errors), (path, errors)
+        assert not (path == docs.resolve() and errors), (path, errors)
+
+
+def test_rows_cross_mypys_incremental_cache(tmp_path):
+    """Declarations and rows of a module that mypy loads from its cache still count."""
+    (tmp_path / "lib.py").write_text(
+        textwrap.dedent(
+            """
+            import effax as fx
+            temperature = fx.Ask[float]("temperature")
+            alias = temperature
+            @fx.uses(temperature)
+            def scaled(x: float) -> float:
+                return x * alias.ask()
+            fast = fx.jit(scaled)
+            """
+        )
+    )
+    user = tmp_path / "user.py"
+    program = textwrap.dedent(
+        """
+        import effax as fx
+        from lib import alias, fast, scaled, temperature
+        @fx.uses()
+        def entry() -> float:
+            with temperature.provide(1.0):
+                scaled(1.0)
+            return fast(1.0) + alias.ask()
+        """
+    )
+    expected = [Expected(8, "effax-undeclared", '"fast"'), Expected(8, "effax-undeclared", "Eff")]
+    config = tmp_path / "mypy.ini"
+    config.write_text(CONFIG.read_text())
+    cache = tmp_path / "cache"
+    logs: list[str] = []
+    for edit in range(2):  # the second run loads lib from the cache
+        user.write_text(program + "#" * edit)
+        reported = run_mypy(user, config=config, cache_dir=cache, cwd=tmp_path, log=logs)
+        check(reported.get(user.resolve(), []), expected)
+    assert "Metadata fresh for lib:" not in logs[0]
+    assert "Metadata fresh for lib:" in logs[1]
+
+
+# --- the plugin object ----------------------------------------------------------------
+
+
+def test_plugin_hooks_are_only_about_effax():
+    from mypy.options import Options
+
+    from effax_stubs.mypy_plugin import EffaxPlugin, plugin
+
+    hooks = plugin("2.4.1")(Options())
+    assert isinstance(hooks, EffaxPlugin)
+    hooks.set_modules({})
+    for name in ["builtins.print", "jax.jit", "numpy.sum", "mymodule.helper", "effax.Effect"]:
+        assert hooks.get_function_hook(name) is None
+    for name in ["builtins.list.append", "effax._effects.Handler.export", "mymodule.C.m"]:
+        assert hooks.get_method_hook(name) is None
+    assert hooks.get_function_hook("effax._uses.uses") is not None
+    assert hooks.get_function_hook("effax._control.scan") is not None
+    assert hooks.get_method_hook("effax._effects.State.get") is not None
+    assert hooks.get_method_hook("effax._effects.Ask.provide") is not None
+
+
+def test_unsupported_mypy_versions_get_no_hooks(capsys):
+    from mypy.options import Options
+
+    from effax_stubs.mypy_plugin import SUPPORTED_MYPY, EffaxPlugin, plugin
+
+    low, high = SUPPORTED_MYPY
+    assert plugin(f"{low[0]}.{low[1]}.0") is EffaxPlugin
+    assert plugin(f"{high[0]}.{high[1] - 1}.9+dev.abc") is EffaxPlugin
+    assert capsys.readouterr().err == ""
+    for version in ["0.991", f"{high[0]}.{high[1]}.0", "3.0"]:
+        disabled = plugin(version)
+        assert disabled is not EffaxPlugin
+        assert disabled(Options()).get_function_hook("effax._uses.uses") is None
+        assert f"runs under mypy {version}: effect rows are not checked" in capsys.readouterr().err
+
+
+def test_installed_mypy_is_supported():
+    import mypy.version
+
+    from effax_stubs.mypy_plugin import EffaxPlugin, plugin
+
+    assert plugin(mypy.version.__version__) is EffaxPlugin
+
+
+def test_a_failing_analysis_falls_back_to_mypys_behaviour(monkeypatch):
+    from mypy.options import Options
+
+    from effax_stubs.mypy_plugin import EffaxPlugin
+
+    def fail():
+        raise RuntimeError("plugin bug")
+
+    monkeypatch.delenv("EFFAX_MYPY_PLUGIN_DEBUG", raising=False)
+    EffaxPlugin(Options())._guarded(fail)  # swallowed
+    monkeypatch.setenv("EFFAX_MYPY_PLUGIN_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="plugin bug"):
+        EffaxPlugin(Options())._guarded(fail)

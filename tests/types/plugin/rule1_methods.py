@@ -1,0 +1,65 @@
+"""Rule 1: methods of classes."""
+
+import effax as fx
+from mylib import Layer, steps, temperature
+
+
+# case: methods of a class
+class Model:
+    @fx.uses(temperature)
+    def __call__(self, x: float) -> float:
+        return self.scale(x)
+
+    @fx.uses(temperature)
+    def scale(self, x: float) -> float:
+        return x * temperature.ask()
+
+    @fx.uses(temperature)
+    def leaky(self) -> int:
+        return steps.get()  # E: effax-undeclared: Effect "steps" is neither in the effect row of "Model.leaky"
+
+    @fx.uses()
+    def calls_self(self) -> float:
+        return self.scale(1.0)  # E: effax-undeclared: "scale" performs effect "temperature"
+
+    @staticmethod
+    @fx.uses(steps)
+    def static() -> int:
+        return steps.get()
+
+    @classmethod
+    @fx.uses()
+    def make(cls) -> float:
+        return cls.static()  # E: effax-undeclared: "static" performs effect "steps"
+
+
+# case: calling an instance and its methods outside their rows
+@fx.uses()
+def use_model(model: Model) -> float:
+    model.scale(1.0)  # E: effax-undeclared: "scale" performs effect "temperature"
+    return model(1.0)  # E: effax-undeclared: "model" performs effect "temperature"
+
+
+# case: an instance made here, used under its handler
+@fx.uses()
+def local_model() -> float:
+    model = Model()
+    with temperature.provide(1.0), steps.init(0):
+        return model(2.0) + Model()(3.0) + Model.static()
+
+
+# case: a class from another module
+@fx.uses(temperature)
+def other_module_class(layer: Layer) -> float:
+    return layer(1.0) + layer.count()  # E: effax-undeclared: "count" performs effect "steps"
+
+
+# case: methods whose rows cover their calls
+class Counter:
+    @fx.uses(steps)
+    def total(self) -> int:
+        return self.one() + Counter.one(self)
+
+    @fx.uses(steps)
+    def one(self) -> int:
+        return steps.modify(lambda n: n + 1)

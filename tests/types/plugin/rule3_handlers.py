@@ -1,0 +1,44 @@
+"""Rule 3: handlers given values their effects cannot carry, where types agree."""
+
+import jax
+import jax.numpy as jnp
+
+import effax as fx
+from mylib import config, temperature
+
+static_list = fx.Ask[list[int]]("static_list", static=True)
+static_mode = fx.Ask[str]("static_mode", static=True)
+traced_mode = fx.Ask[str]("traced_mode")
+weights = fx.Ask[jax.Array]("weights", static=True)
+total = fx.State[float]("total")
+count = fx.State[int]("count")
+name = fx.State[str]("name")
+params = fx.State[jax.Array]("params")
+
+# case: a static Ask's value must be hashable
+static_list.provide([1, 2])  # E: effax-handler-type: Ask "static_list" is static, so its value is hashed into the jit cache key, but "provide" is given an unhashable "list"
+weights.provide(jnp.ones(3))  # E: effax-handler-type: unhashable "Array"
+
+# case: hashable values for static Asks
+static_mode.provide("fast")
+config.provide((1, "a"))
+
+# case: a traced Ask cannot carry text
+traced_mode.provide("fast")  # E: effax-handler-type: Ask "traced_mode" is traced, so its value crosses jax.jit as an array, but "provide" is given a "str"; declare it with static=True
+
+# case: a State cannot carry text
+name.init("x")  # E: effax-handler-type: State "name" is traced
+
+# case: a State initialised with a narrower Python scalar
+total.init(0)  # E: effax-handler-type: State "total" holds "float" values but is initialised with "int"
+count.init(True)  # E: effax-handler-type: initialised with "bool"
+
+# case: values of the declared type
+total.init(0.0)
+count.init(0)
+params.init(jnp.zeros(3))
+temperature.provide(1)  # an int for an Ask[float] is fine: an Ask is read-only
+
+# case: where types already catch it, only mypy's own error
+temperature.provide("hot")  # E: arg-type
+total.init("zero")  # E: arg-type
