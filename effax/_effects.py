@@ -72,6 +72,22 @@ class Export(NamedTuple):
     - `const`: a pytree of arrays, read-only inside (a loop constant in `scan`).
     - `carry`: a pytree of arrays that the region may update; it comes back out with
       the same structure, shapes and dtypes (the carry of a `scan`).
+
+    A handler's :meth:`Handler.export` returns one; see :class:`Handler` for a
+    user-defined handler.
+
+    **Example:** what the built-in handlers export.
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> effax.Ask[float]("lr").provide(0.1).export()  # traced input: no retrace
+    Export(static=None, const=0.1, carry=None)
+    >>> effax.Ask[str]("mode", static=True).provide("train").export()  # cache key
+    Export(static='train', const=None, carry=None)
+    >>> effax.State[jnp.ndarray]("steps").init(jnp.int32(3)).export()  # updated inside
+    Export(static=None, const=None, carry=Array(3, dtype=int32))
+
+    ```
     """
 
     static: Hashable = None
@@ -88,6 +104,28 @@ class Outcome(NamedTuple):
       `static` already says everything and no loop requires the carry.
     - `values`: a pytree of per-call outputs. In a loop of n steps each leaf comes
       back stacked along a new leading axis of size n.
+
+    A handler's :meth:`Handler.outcome` returns one; see :class:`Handler` for a
+    user-defined handler.
+
+    **Example:** what the built-in handlers send back out.
+
+    ```python
+    >>> import effax
+    >>> log = effax.Emit[int]("log")
+    >>> with log.collect() as collector:
+    ...     log.emit(1)
+    ...     log.emit(2)
+    >>> collector.outcome(carry_required=False)
+    Outcome(static=None, carry=None, values=(1, 2))
+    >>> with effax.rng.seed(0) as stream:
+    ...     _ = [effax.rng.next_key() for _ in range(3)]
+    >>> stream.outcome(carry_required=False)  # 3 keys drawn, known at trace time
+    Outcome(static=3, carry=None, values=None)
+    >>> stream.outcome(carry_required=True).carry  # a loop also needs the counter
+    Array(3, dtype=int32)
+
+    ```
     """
 
     static: Hashable = None
@@ -105,6 +143,24 @@ class BatchPolicy(NamedTuple):
     - `state`: ``"shared"``, one value for the whole batch (writing a batched value
       raises); or ``"batched"``, the value carries the batch along its leading axis.
     - `axis_names`: the named axes of the region (for `lax.axis_index`).
+
+    `effax.vmap` and `effax.shard_map` build it from their `keys=` and `state=`
+    options and pass it to each handler's :meth:`Handler.batch_export` and
+    :meth:`Handler.batch_absorb`.
+
+    **Example:** a `StateCell` maps its carry over axis 0 only when state is batched.
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> cell = effax.State[jnp.ndarray]("w").init(jnp.zeros(3))
+    >>> policy = effax.BatchPolicy(keys="split", state="batched", axis_names=("batch",))
+    >>> export, axis = cell.batch_export(policy)
+    >>> axis
+    0
+    >>> cell.batch_export(policy._replace(state="shared"))[1] is None
+    True
+
+    ```
     """
 
     keys: Literal["split", "shared"]
@@ -129,6 +185,44 @@ class Handler(abc.ABC, Generic[E]):
 
     `rebuild` may depend only on its arguments and the class: anything else that
     shapes the traced code belongs in `Export.static`.
+
+    **Example:** a user-defined effect, `Counter`, whose handler `Tally` carries an
+    int32 count through traced regions. Its operations reach the handler with
+    `self.handler()`.
+
+    ```python
+    >>> import attrs, jax.numpy as jnp, effax
+    >>> class Counter(effax.Effect["Tally"]):
+    ...     def __init__(self, name):
+    ...         self.name = name
+    ...     def tick(self):
+    ...         tally = self.handler()
+    ...         tally.count = tally.count + 1
+    >>> @attrs.define(eq=False)
+    ... class Tally(effax.Handler[Counter]):
+    ...     effect: Counter
+    ...     count: jnp.ndarray = attrs.field(factory=lambda: jnp.int32(0))
+    ...     @property
+    ...     def value(self):
+    ...         return self.count
+    ...     def export(self):
+    ...         return effax.Export(carry=self.count)
+    ...     @classmethod
+    ...     def rebuild(cls, effect, static, const, carry):
+    ...         return cls(effect, carry)
+    ...     def outcome(self, *, carry_required):
+    ...         return effax.Outcome(carry=self.count)
+    ...     def absorb(self, outcome, *, steps):
+    ...         self.count = outcome.carry
+    >>> events = Counter("events")
+    >>> with Tally(events) as tally:
+    ...     events.tick()  # eagerly
+    ...     effax.jit(events.tick)()  # compiled: the count goes in and comes out
+    ...     _ = effax.scan(lambda c, x: (c, events.tick()), 0, None, length=3)
+    >>> int(tally.value)
+    5
+
+    ```
     """
 
     __slots__ = ()
@@ -260,7 +354,25 @@ class NeedsEffect(BaseException):
 
 
 class Effect(Generic[H]):
-    """Base class of effect declarations; effects are compared by identity."""
+    """Base class of effect declarations; effects are compared by identity.
+
+    Two effects with the same name are different effects, each with its own handler.
+    Subclass it to declare your own effect (see :class:`Handler`); its operations
+    reach the innermost handler with :meth:`handler`.
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> a, b = effax.Ask[int]("n"), effax.Ask[int]("n")
+    >>> a == b, a == a
+    (False, True)
+    >>> with a.provide(1) as provider, b.provide(2):
+    ...     a.ask(), b.ask(), a.handler() is provider
+    (1, 2, True)
+
+    ```
+    """
 
     __slots__ = ("name",)
     handler_hint: ClassVar[str] = "a handler"
@@ -393,7 +505,23 @@ class Ask(Effect["Provider[T]"], Generic[T]):
 
 @attrs.define(eq=False)
 class Provider(Handler[Ask[T]]):
-    """The handler of an :class:`Ask`: answers with a fixed value."""
+    """The handler of an :class:`Ask`: answers with a fixed value.
+
+    Made by `Ask.provide`; its `value` is the provided value.
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> lr = effax.Ask[float]("lr")
+    >>> with lr.provide(0.1) as provider:
+    ...     lr.ask()
+    0.1
+    >>> provider.value, provider.effect
+    (0.1, Ask('lr'))
+
+    ```
+    """
 
     effect: Ask[T]
     provided: T
@@ -475,7 +603,28 @@ class State(Effect["StateCell[S]"], Generic[S]):
 
 @attrs.define(eq=False)
 class StateCell(Handler[State[S]]):
-    """The handler of a :class:`State`: a cell whose `.value` is the current state."""
+    """The handler of a :class:`State`: a cell whose `.value` is the current state.
+
+    Made by `State.init`. The cell keeps its value after its scope ends, so
+    installing it again continues from there.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> steps = effax.State[jnp.ndarray]("steps")
+    >>> cell = steps.init(jnp.int32(0))
+    >>> @effax.jit
+    ... def bump():
+    ...     steps.set(steps.get() + 1)
+    >>> for _ in range(2):
+    ...     with cell:
+    ...         bump()
+    >>> int(cell.value)
+    2
+
+    ```
+    """
 
     effect: State[S]
     value: S
@@ -568,7 +717,26 @@ class RandomKey(Effect["KeyStream"]):
 
 
 class KeyState(NamedTuple):
-    """The state of a key stream: what ``hs[stream]`` returns."""
+    """The state of a key stream: what ``hs[stream]`` returns.
+
+    - `base_key`: the key the stream was seeded with.
+    - `counter`: how many keys were drawn from `base_key` (an int, or a traced int32
+      once it is not known at trace time); the next key is
+      ``fold_in(base_key, counter)``.
+
+    **Example:**
+
+    ```python
+    >>> import jax, effax
+    >>> with effax.handlers(effax.rng.seed(0)) as hs:
+    ...     k0, k1 = effax.rng.next_key(), effax.rng.next_key()
+    >>> hs[effax.rng].counter
+    2
+    >>> jax.dtypes.issubdtype(hs[effax.rng].base_key.dtype, jax.dtypes.prng_key)
+    True
+
+    ```
+    """
 
     base_key: jax.Array
     counter: int | jax.Array
@@ -583,6 +751,24 @@ class KeyStream(Handler[RandomKey]):
     an `effax.cond` whose branches draw different numbers of keys, or a
     `while_loop`). `drawn` counts the draws since this handler was made, or is `None`
     once that number is no longer known at trace time.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0) as stream:
+    ...     _ = effax.rng.next_key()
+    ...     _ = effax.jit(effax.rng.next_key)()
+    >>> stream.counter, stream.drawn
+    (2, 2)
+    >>> with effax.rng.seed(0) as stream:  # branches drawing 1 or 0 keys
+    ...     _ = effax.cond(
+    ...         jnp.bool_(True), lambda: effax.random.normal(), lambda: jnp.float32(0)
+    ...     )
+    >>> int(stream.counter), stream.drawn
+    (1, None)
+
+    ```
     """
 
     effect: RandomKey
@@ -696,7 +882,24 @@ class Emit(Effect["Collector[T]"], Generic[T]):
 
 @attrs.define(eq=False)
 class Collector(Handler[Emit[T]]):
-    """The handler of an :class:`Emit`: `.values` lists what was emitted, in order."""
+    """The handler of an :class:`Emit`: `.values` lists what was emitted, in order.
+
+    Made by `Emit.collect`. Values emitted in an `effax.scan` body come back stacked
+    along a new leading axis, one entry per emit site.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> loss = effax.Emit[jnp.ndarray]("loss")
+    >>> with loss.collect() as collector:
+    ...     loss.emit(jnp.float32(1))
+    ...     _ = effax.scan(lambda c, x: (c, loss.emit(x)), 0, jnp.arange(3.0))
+    >>> len(collector.values), collector.values[1].shape
+    (2, (3,))
+
+    ```
+    """
 
     effect: Emit[T]
     values: list[T] = attrs.field(factory=list)
@@ -721,7 +924,9 @@ class Collector(Handler[Emit[T]]):
 
 
 rng = RandomKey("rng")
-"""The default key stream, used by `effax.random` when no `stream=` is given."""
+"""The default key stream, ``RandomKey("rng")``: the `RandomKey` effax declares for
+`effax.random`, which draws from it when no `stream=` is given. Seed it like any
+stream, ``with effax.rng.seed(0): ...``."""
 
 
 # --- installing several handlers ----------------------------------------------------
@@ -732,6 +937,25 @@ class Handlers(Mapping[Effect[Any], Any]):
 
     For a `State` it is the (final) value, for an `Emit` the list of collected
     values, for an `Ask` the provided value, for a `RandomKey` its `KeyState`.
+    Made by `effax.handlers`; a context manager that installs them all (later ones
+    innermost), and a read-only mapping that stays readable after its scope ends.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> steps = effax.State[jnp.ndarray]("steps")
+    >>> log = effax.Emit[int]("log")
+    >>> with effax.handlers(steps.init(jnp.int32(0)), log.collect(), effax.rng.seed(0)) as hs:
+    ...     steps.set(steps.get() + 1)
+    ...     log.emit(7)
+    ...     _ = effax.rng.next_key()
+    >>> int(hs[steps]), hs[log], hs[effax.rng].counter
+    (1, [7], 1)
+    >>> len(hs), type(hs.handler(log)).__name__
+    (3, 'Collector')
+
+    ```
     """
 
     __slots__ = ("_handlers", "_tokens")

@@ -11,7 +11,30 @@ __all__ = [
 
 
 class UnhandledEffectError(LookupError):
-    """An effect was performed with no handler for it installed."""
+    """An effect was performed with no handler for it installed.
+
+    The message names the effect and the handler to install around the call. A
+    subclass of `LookupError`: the lookup of the effect's handler failed.
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> temperature = effax.Ask[float]("temperature")
+    >>> try:
+    ...     temperature.ask()
+    ... except effax.UnhandledEffectError as e:
+    ...     print(e)
+    Ask('temperature') was performed with no handler installed. Install one around the
+    call, e.g. `with temperature.provide(value): ...` or ...
+    >>> with temperature.provide(0.5):
+    ...     temperature.ask()
+    0.5
+    >>> issubclass(effax.UnhandledEffectError, LookupError)
+    True
+
+    ```
+    """
 
     __module__ = "effax"
 
@@ -22,20 +45,93 @@ class EffectLeakError(LookupError):
     Raised when an effect is performed inside a staging transformation (``jax.jit``,
     ``lax.scan``, ``jax.checkpoint``, ...) whose handler was installed outside it, and
     when a write would store a tracer of an inner transformation (``jax.grad``,
-    ``jax.vmap``) in a handler that outlives it.
+    ``jax.vmap``) in a handler that outlives it. The message names the effax wrapper
+    to use instead (`effax.jit`, `effax.scan`, `effax.grad`, ...).
+
+    **Example:**
+
+    ```python
+    >>> import jax, effax
+    >>> scale = effax.Ask[float]("scale")
+    >>> def f(x):
+    ...     return x * scale.ask()
+    >>> with scale.provide(2.0):
+    ...     try:
+    ...         jax.jit(f)(1.0)
+    ...     except effax.EffectLeakError as e:
+    ...         print(e)
+    Ask('scale') was performed inside jax.jit, but its handler was installed outside it.
+    Use effax.jit (or effax.handle(fn, transform=jax.jit)) instead. ...
+    >>> with scale.provide(2.0):
+    ...     float(effax.jit(f)(1.0))
+    2.0
+
+    ```
     """
 
     __module__ = "effax"
 
 
 class StateTypeError(TypeError):
-    """A ``State`` changed its structure, shape or dtype across a traced boundary."""
+    """A ``State`` changed its structure, shape or dtype across a traced boundary.
+
+    A state is the carry of a compiled function or loop, so it must come out with the
+    pytree structure, shapes and dtypes it went in with. A subclass of `TypeError`.
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> total = effax.State[jnp.ndarray]("total")
+    >>> def add(x):
+    ...     total.set(total.get() + x)
+    >>> with total.init(jnp.int32(0)):
+    ...     try:
+    ...         effax.jit(add)(1.5)  # int32 + float: the state would become float32
+    ...     except effax.StateTypeError as e:
+    ...         print(e)
+    State('total') changed its type across a traced boundary: it entered as
+    PyTreeDef(*) with leaves [int32[]] and left as PyTreeDef(*) with leaves [float32[]]. ...
+    >>> with total.init(jnp.float32(0)) as cell:
+    ...     effax.jit(add)(1.5)
+    >>> float(cell.value)
+    1.5
+
+    ```
+    """
 
     __module__ = "effax"
 
 
 class UndeclaredEffectError(LookupError):
-    """A function performed an effect outside the row it declared with ``effax.uses``."""
+    """A function performed an effect outside the row it declared with ``effax.uses``.
+
+    The message names the function, the effect and the declared row, and says how to
+    fix it: add the effect to the row, or handle it inside the function. An effect
+    with no handler at all raises `UnhandledEffectError` instead.
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> temperature = effax.Ask[float]("temperature")
+    >>> steps = effax.State[int]("steps")
+    >>> @effax.uses(temperature)
+    ... def sneaky(x: float) -> float:
+    ...     steps.set(steps.get() + 1)
+    ...     return x * temperature.ask()
+    >>> with effax.handlers(temperature.provide(2.0), steps.init(0)):
+    ...     try:
+    ...         sneaky(3.0)
+    ...     except effax.UndeclaredEffectError as e:
+    ...         print(e)
+    sneaky performed State('steps'), which is not in its effect row
+    effax.uses(Ask('temperature')). Add it to the row ...
+    >>> issubclass(effax.UndeclaredEffectError, LookupError)
+    True
+
+    ```
+    """
 
     __module__ = "effax"
 

@@ -48,12 +48,58 @@ ArrayLike = Any
 
 
 def key(*, stream: RandomKey = rng) -> jax.Array:
-    """A fresh key from `stream` (``stream.next_key()``)."""
+    """A fresh key drawn from `stream`: ``stream.next_key()``.
+
+    Use it to call a `jax.random` function that has no keyless version here.
+
+    **Arguments:**
+
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Returns:** a new key; each call returns a different one.
+
+    **Example:**
+
+    ```python
+    >>> import jax, effax
+    >>> with effax.rng.seed(0):
+    ...     k0, k1 = effax.random.key(), effax.random.key()
+    >>> jax.dtypes.issubdtype(k0.dtype, jax.dtypes.prng_key), k0.shape
+    (True, ())
+    >>> bool((jax.random.key_data(k0) != jax.random.key_data(k1)).any())
+    True
+    >>> jax.random.rademacher(k0, (3,)).shape
+    (3,)
+
+    ```
+    """
     return stream.next_key()
 
 
 def normal(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
-    """`jax.random.normal` with the key drawn from `stream`."""
+    """Standard normal samples.
+
+    Calls `jax.random.normal` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `shape`: the shape of the result (default: a scalar).
+    - `dtype`: a floating-point dtype.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     x = effax.random.normal((2, 3))
+    >>> x.shape, x.dtype
+    ((2, 3), dtype('float32'))
+    >>> bool(jnp.isfinite(x).all())
+    True
+
+    ```
+    """
     return jax.random.normal(stream.next_key(), shape, dtype)
 
 
@@ -65,14 +111,65 @@ def uniform(
     *,
     stream: RandomKey = rng,
 ) -> jax.Array:
-    """`jax.random.uniform` with the key drawn from `stream`."""
+    """Uniform samples in ``[minval, maxval)``.
+
+    Calls `jax.random.uniform` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `shape`: the shape of the result (default: a scalar).
+    - `dtype`: a floating-point dtype.
+    - `minval`, `maxval`: the bounds, broadcastable to `shape`.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> with effax.rng.seed(0):
+    ...     x = effax.random.uniform((1000,), minval=-1.0, maxval=1.0)
+    >>> x.shape
+    (1000,)
+    >>> bool((-1 <= x).all() & (x < 1).all())
+    True
+    >>> noise = effax.RandomKey("noise")  # a stream of its own, seeded separately
+    >>> with noise.seed(1):
+    ...     y = effax.random.uniform((3,), stream=noise)
+    >>> bool((0 <= y).all() & (y < 1).all())
+    True
+
+    ```
+    """
     return jax.random.uniform(stream.next_key(), shape, dtype, minval, maxval)
 
 
 def bernoulli(
     p: ArrayLike = 0.5, shape: Shape | None = None, *, stream: RandomKey = rng
 ) -> jax.Array:
-    """`jax.random.bernoulli` with the key drawn from `stream`."""
+    """Booleans that are true with probability `p`.
+
+    Calls `jax.random.bernoulli` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `p`: the probability of `True`, broadcastable to `shape`.
+    - `shape`: the shape of the result (default: the shape of `p`).
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     mask = effax.random.bernoulli(0.9, (4, 5))
+    ...     certain = effax.random.bernoulli(jnp.array([0.0, 1.0]))
+    >>> mask.shape, mask.dtype
+    ((4, 5), dtype('bool'))
+    >>> certain.tolist()
+    [False, True]
+
+    ```
+    """
     return jax.random.bernoulli(stream.next_key(), p, shape)
 
 
@@ -83,7 +180,31 @@ def categorical(
     *,
     stream: RandomKey = rng,
 ) -> jax.Array:
-    """`jax.random.categorical` with the key drawn from `stream`."""
+    """Indices drawn with probabilities ``softmax(logits)``.
+
+    Calls `jax.random.categorical` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `logits`: unnormalised log-probabilities; ``-inf`` is never drawn.
+    - `axis`: the axis of `logits` that holds the categories.
+    - `shape`: the shape of the result (default: `logits.shape` without `axis`).
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     rows = effax.random.categorical(jnp.zeros((2, 3)))
+    ...     only_one = effax.random.categorical(jnp.log(jnp.array([0.0, 1.0, 0.0])), shape=(4,))
+    >>> rows.shape, bool(((0 <= rows) & (rows < 3)).all())
+    ((2,), True)
+    >>> only_one.tolist()
+    [1, 1, 1, 1]
+
+    ```
+    """
     return jax.random.categorical(stream.next_key(), logits, axis, shape)
 
 
@@ -95,14 +216,61 @@ def randint(
     *,
     stream: RandomKey = rng,
 ) -> jax.Array:
-    """`jax.random.randint` with the key drawn from `stream`."""
+    """Integers in ``[minval, maxval)``.
+
+    Calls `jax.random.randint` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `shape`: the shape of the result.
+    - `minval`, `maxval`: the bounds (`maxval` excluded), broadcastable to `shape`.
+    - `dtype`: an integer dtype.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> with effax.rng.seed(0):
+    ...     dice = effax.random.randint((100,), 1, 7)
+    >>> dice.shape, dice.dtype
+    ((100,), dtype('int32'))
+    >>> bool((1 <= dice).all() & (dice < 7).all())
+    True
+
+    ```
+    """
     return jax.random.randint(stream.next_key(), shape, minval, maxval, dtype)
 
 
 def permutation(
     x: int | ArrayLike, axis: int = 0, independent: bool = False, *, stream: RandomKey = rng
 ) -> jax.Array:
-    """`jax.random.permutation` with the key drawn from `stream`."""
+    """A random permutation of ``arange(x)`` (`x` an int) or of `x` along `axis`.
+
+    Calls `jax.random.permutation` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `x`: an int ``n`` (permute ``arange(n)``) or an array to shuffle along `axis`.
+    - `axis`: the axis to shuffle.
+    - `independent`: shuffle each slice along `axis` independently.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     order = effax.random.permutation(5)
+    ...     rows = effax.random.permutation(jnp.arange(6).reshape(3, 2))
+    >>> sorted(order.tolist())
+    [0, 1, 2, 3, 4]
+    >>> rows.shape, sorted(rows[:, 0].tolist())
+    ((3, 2), [0, 2, 4])
+
+    ```
+    """
     return jax.random.permutation(stream.next_key(), x, axis, independent)
 
 
@@ -115,7 +283,36 @@ def choice(
     *,
     stream: RandomKey = rng,
 ) -> jax.Array:
-    """`jax.random.choice` with the key drawn from `stream`."""
+    """Random elements of `a` (an int ``n`` for ``arange(n)``, or an array).
+
+    Calls `jax.random.choice` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `a`: an int ``n`` (sample from ``arange(n)``) or an array to sample along `axis`.
+    - `shape`: the shape of the result (default: a single sample).
+    - `replace`: sample with replacement; without it, ``prod(shape)`` must not exceed
+      the number of candidates.
+    - `p`: the probability of each candidate (default: uniform).
+    - `axis`: the axis of `a` to sample along.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     picks = effax.random.choice(10, (3,), replace=False)
+    ...     weighted = effax.random.choice(
+    ...         jnp.array([10, 20, 30]), (4,), p=jnp.array([0.0, 1.0, 0.0])
+    ...     )
+    >>> picks.shape, len(set(picks.tolist()))
+    ((3,), 3)
+    >>> weighted.tolist()
+    [20, 20, 20, 20]
+
+    ```
+    """
     return jax.random.choice(stream.next_key(), a, shape, replace, p, axis)
 
 
@@ -127,24 +324,113 @@ def truncated_normal(
     *,
     stream: RandomKey = rng,
 ) -> jax.Array:
-    """`jax.random.truncated_normal` with the key drawn from `stream`."""
+    """Standard normal samples truncated to ``[lower, upper]``.
+
+    Calls `jax.random.truncated_normal` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `lower`, `upper`: the bounds, broadcastable to `shape`.
+    - `shape`: the shape of the result (default: the broadcast shape of the bounds).
+    - `dtype`: a floating-point dtype.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> with effax.rng.seed(0):
+    ...     x = effax.random.truncated_normal(-2.0, 2.0, (100,))
+    >>> x.shape, x.dtype
+    ((100,), dtype('float32'))
+    >>> bool((-2 <= x).all() & (x <= 2).all())
+    True
+
+    ```
+    """
     return jax.random.truncated_normal(stream.next_key(), lower, upper, shape, dtype)
 
 
 def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
-    """`jax.random.gumbel` with the key drawn from `stream`."""
+    """Standard Gumbel samples.
+
+    Calls `jax.random.gumbel` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `shape`: the shape of the result (default: a scalar).
+    - `dtype`: a floating-point dtype.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     g = effax.random.gumbel((3, 4))
+    >>> g.shape, g.dtype
+    ((3, 4), dtype('float32'))
+    >>> bool(jnp.isfinite(g).all())
+    True
+
+    ```
+    """
     return jax.random.gumbel(stream.next_key(), shape, dtype)
 
 
 def exponential(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
-    """`jax.random.exponential` with the key drawn from `stream`."""
+    """Standard exponential samples.
+
+    Calls `jax.random.exponential` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `shape`: the shape of the result (default: a scalar).
+    - `dtype`: a floating-point dtype.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> with effax.rng.seed(0):
+    ...     waits = effax.random.exponential((100,))
+    >>> waits.shape, bool((waits >= 0).all())
+    ((100,), True)
+
+    ```
+    """
     return jax.random.exponential(stream.next_key(), shape, dtype)
 
 
 def gamma(
     a: ArrayLike, shape: Shape | None = None, dtype: DType = float, *, stream: RandomKey = rng
 ) -> jax.Array:
-    """`jax.random.gamma` with the key drawn from `stream`."""
+    """Gamma samples with shape parameter `a` and unit scale.
+
+    Calls `jax.random.gamma` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `a`: the shape parameter (positive), broadcastable to `shape`.
+    - `shape`: the shape of the result (default: the shape of `a`).
+    - `dtype`: a floating-point dtype.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     x = effax.random.gamma(2.0, (100,))
+    ...     per_a = effax.random.gamma(jnp.array([1.0, 2.0, 5.0]))
+    >>> x.shape, bool((x > 0).all())
+    ((100,), True)
+    >>> per_a.shape
+    (3,)
+
+    ```
+    """
     return jax.random.gamma(stream.next_key(), a, shape, dtype)
 
 
@@ -156,14 +442,61 @@ def beta(
     *,
     stream: RandomKey = rng,
 ) -> jax.Array:
-    """`jax.random.beta` with the key drawn from `stream`."""
+    """Beta samples in ``[0, 1]``.
+
+    Calls `jax.random.beta` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `a`, `b`: the two (positive) shape parameters, broadcastable to `shape`.
+    - `shape`: the shape of the result (default: the broadcast shape of `a` and `b`).
+    - `dtype`: a floating-point dtype.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import effax
+    >>> with effax.rng.seed(0):
+    ...     x = effax.random.beta(2.0, 5.0, (100,))
+    >>> x.shape
+    (100,)
+    >>> bool((0 <= x).all() & (x <= 1).all())
+    True
+
+    ```
+    """
     return jax.random.beta(stream.next_key(), a, b, shape, dtype)
 
 
 def dirichlet(
     alpha: ArrayLike, shape: Shape | None = None, dtype: DType = float, *, stream: RandomKey = rng
 ) -> jax.Array:
-    """`jax.random.dirichlet` with the key drawn from `stream`."""
+    """Points on the probability simplex.
+
+    Calls `jax.random.dirichlet` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `alpha`: the concentration parameters (positive), along the last axis.
+    - `shape`: the batch shape (default: `alpha.shape[:-1]`); the result has shape
+      ``shape + alpha.shape[-1:]``.
+    - `dtype`: a floating-point dtype.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     p = effax.random.dirichlet(jnp.ones(3), (5,))
+    >>> p.shape
+    (5, 3)
+    >>> bool((p >= 0).all()), bool(jnp.allclose(p.sum(axis=-1), 1.0))
+    (True, True)
+
+    ```
+    """
     return jax.random.dirichlet(stream.next_key(), alpha, shape, dtype)
 
 
@@ -176,5 +509,29 @@ def multivariate_normal(
     *,
     stream: RandomKey = rng,
 ) -> jax.Array:
-    """`jax.random.multivariate_normal` with the key drawn from `stream`."""
+    """Multivariate normal samples.
+
+    Calls `jax.random.multivariate_normal` with the next key of `stream`.
+
+    **Arguments:**
+
+    - `mean`: the mean, of shape ``(..., n)``.
+    - `cov`: the covariance, of shape ``(..., n, n)``, symmetric positive definite.
+    - `shape`: the batch shape (default: the broadcast batch shape of `mean` and
+      `cov`); the result has shape ``shape + (n,)``.
+    - `dtype`: a floating-point dtype (default: that of `mean` and `cov`).
+    - `method`: how `cov` is factorised: ``"cholesky"``, ``"eigh"`` or ``"svd"``.
+    - `stream`: the key stream to draw from (default `effax.rng`).
+
+    **Example:**
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0):
+    ...     x = effax.random.multivariate_normal(jnp.zeros(2), jnp.eye(2), (4,))
+    >>> x.shape, x.dtype
+    ((4, 2), dtype('float32'))
+
+    ```
+    """
     return jax.random.multivariate_normal(stream.next_key(), mean, cov, shape, dtype, method)
