@@ -533,8 +533,8 @@ class Provider(Handler[Ask[T]]):
 
     def export(self) -> Export:
         if self.effect.static:
-            return Export(static=self.provided)
-        return Export(const=self.provided)
+            return Export(self.provided, None, None)
+        return Export(None, self.provided, None)
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Provider[T]:
@@ -631,7 +631,7 @@ class StateCell(Handler[State[S]]):
     _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
 
     def export(self) -> Export:
-        return Export(carry=self.value)
+        return Export(None, None, self.value)
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> StateCell[S]:
@@ -796,7 +796,7 @@ class KeyStream(Handler[RandomKey]):
         return key
 
     def export(self) -> Export:
-        return Export(const=self.base_key, carry=self.counter)
+        return Export(None, self.base_key, self.counter)
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> KeyStream:

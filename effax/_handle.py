@@ -365,7 +365,12 @@ class _Handled:
             return self.call_eagerly(args, kwargs)
         stack = _context.current_stack()
         while True:
-            plumbing = self.plumbing(stack)
+            # inlined `self.plumbing(stack)` for its fast path
+            key = (self, _trace.current_trace_ref(), None if self.row is None else len(self.row))
+            try:
+                plumbing: _Plumbing = stack.memo[key]
+            except KeyError:
+                plumbing = self.plumbing(stack)
             exports = [export() for export in plumbing.exports]
             statics = tuple([export.static for export in exports])
             try:
@@ -377,10 +382,12 @@ class _Handled:
                 )
                 compiled = plumbing.compiled[statics] = self.compiled(plan)
             first = self.row is None
+            dynamic = [(export.const, export.carry) for export in exports]
             try:
-                out, dyn_out, static_out = compiled(
-                    [(export.const, export.carry) for export in exports], *args, **kwargs
-                )
+                if kwargs:
+                    out, dyn_out, static_out = compiled(dynamic, *args, **kwargs)
+                else:
+                    out, dyn_out, static_out = compiled(dynamic, *args)
             except NeedsEffect as need:
                 if need.owner is not self or self.row is None:
                     raise
