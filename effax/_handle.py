@@ -350,27 +350,18 @@ class _Handled:
             handler.absorb(result, steps=1)
         return out
 
-    def plumbing(self, stack: _context.Stack) -> _Plumbing:
-        """What to plumb for a call under `stack`, memoised on the stack itself: a
-        call inside one ``with`` block derives it once."""
-        key = (self, _trace.current_trace_ref(), None if self.row is None else len(self.row))
-        try:
-            plumbing: _Plumbing = stack.memo[key]
-        except KeyError:
-            plumbing = stack.memo[key] = _Plumbing(self.handlers(stack))
-        return plumbing
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.transform is None:
             return self.call_eagerly(args, kwargs)
         stack = _context.current_stack()
         while True:
-            # inlined `self.plumbing(stack)` for its fast path
+            # What to plumb depends only on the stack, the trace and the row: memoised
+            # on the stack itself, so calls inside one `with` block derive it once.
             key = (self, _trace.current_trace_ref(), None if self.row is None else len(self.row))
             try:
                 plumbing: _Plumbing = stack.memo[key]
             except KeyError:
-                plumbing = self.plumbing(stack)
+                plumbing = stack.memo[key] = _Plumbing(self.handlers(stack))
             exports = [export() for export in plumbing.exports]
             statics = tuple([export.static for export in exports])
             try:
