@@ -19,6 +19,7 @@ from ._effects import (
     Effect as Effect,
     Emit as Emit,
     Export as Export,
+    Fields as Fields,
     Handler as Handler,
     Handlers as Handlers,
     KeyState as KeyState,

@@ -136,22 +136,18 @@ Entry = tuple["Handler[Any]", _trace.TraceRef]
 
 class Stack(dict["Effect[Any]", Entry]):
     """An installed set of handlers: effect -> (handler, trace ref). Never mutated
-    after it is installed; `memo` lets callers cache what they derive from it (for
-    as long as the stack itself lives, and no longer)."""
+    after it is installed, so what is derived from it can be cached against it (by
+    weak reference, for as long as the stack itself lives)."""
 
-    __slots__ = ("memo",)
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.memo: dict[Any, Any] = {}
+    __slots__ = ("__weakref__",)
 
 
 _EMPTY = Stack()
 _STACK: contextvars.ContextVar[Stack] = contextvars.ContextVar("effax.handlers", default=_EMPTY)
 
 
-def current_stack() -> Stack:
-    return _STACK.get()
+# The installed stack (a C-level call: it is on the per-call path of `handle`).
+current_stack = _STACK.get
 
 
 def push(handlers: tuple[Handler[Any], ...]) -> contextvars.Token[Stack]:

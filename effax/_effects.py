@@ -36,6 +36,7 @@ __all__ = [
     "Effect",
     "Emit",
     "Export",
+    "Fields",
     "Handler",
     "Handlers",
     "KeyStream",
@@ -168,6 +169,59 @@ class BatchPolicy(NamedTuple):
     axis_names: tuple[Hashable, ...]
 
 
+class Fields(NamedTuple):
+    """Where a handler keeps what crosses a traced boundary, by attribute name.
+
+    A handler class that sets ``fields`` gets :meth:`Handler.export`,
+    :meth:`Handler.outcome` and :meth:`Handler.absorb` derived from it, and
+    `effax.handle` turns each compiled call into straight-line reads and writes of
+    these attributes (no protocol method calls, no `Export`/`Outcome` objects),
+    which is what keeps a handled call as cheap as a plain ``jax.jit`` call. Each
+    entry is an attribute name, or `None` for "nothing":
+
+    - `static`: read as `Export.static` (hashable; part of the cache key).
+    - `const`: read as `Export.const` (read-only inside).
+    - `carry`: read as `Export.carry`, sent back out as `Outcome.carry`, and set from
+      the outcome by `absorb`.
+    - `values`: a list; sent out as `Outcome.values` (a tuple) and extended by
+      `absorb` with the values that come back.
+    - `advance`: an int that `absorb` advances by ``steps * outcome.static`` when
+      the outcome's static part is an int and `steps` is known (then the carry is
+      not taken: the count says everything). The derived `outcome` reports no
+      count; a handler using `advance` overrides `outcome` to report it, as
+      `KeyStream` does (how many keys were drawn).
+
+    Attributes may be properties (a `carry` property needs a setter). A handler's
+    `fields` must not change after it is created.
+
+    **Example:** the built-in handlers' fields.
+
+    ```python
+    >>> import jax.numpy as jnp, effax
+    >>> effax.State[jnp.ndarray]("w").init(jnp.zeros(2)).fields
+    Fields(static=None, const=None, carry='value', values=None, advance=None)
+    >>> effax.Emit[int]("log").collect().fields
+    Fields(static=None, const=None, carry=None, values='values', advance=None)
+    >>> effax.rng.seed(0).fields
+    Fields(static=None, const='base_key', carry='counter', values=None, advance='offset')
+
+    ```
+    """
+
+    static: str | None = None
+    const: str | None = None
+    carry: str | None = None
+    values: str | None = None
+    advance: str | None = None
+
+
+def _no_fields(handler: Handler[Any], method: str) -> NoReturn:
+    raise NotImplementedError(
+        f"{type(handler).__name__} must either set `fields` (an effax.Fields naming the "
+        f"attributes that cross a traced boundary) or override {method}()."
+    )
+
+
 class Handler(abc.ABC, Generic[E]):
     """Base class of every handler: a context manager, a cell, and the plumbing protocol.
 
@@ -186,6 +240,12 @@ class Handler(abc.ABC, Generic[E]):
     `rebuild` may depend only on its arguments and the class: anything else that
     shapes the traced code belongs in `Export.static`.
 
+    Most handlers only need to say *where* they keep what crosses the boundary: a
+    class that sets ``fields`` (an :class:`effax.Fields` of attribute names) gets
+    `export`, `outcome` and `absorb` derived from it, and `effax.handle` compiles
+    its per-call path into plain attribute reads and writes. A handler may override
+    any of the three instead (the runtime then calls it).
+
     **Example:** a user-defined effect, `Counter`, whose handler `Tally` carries an
     int32 count through traced regions. Its operations reach the handler with
     `self.handler()`.
@@ -202,18 +262,13 @@ class Handler(abc.ABC, Generic[E]):
     ... class Tally(effax.Handler[Counter]):
     ...     effect: Counter
     ...     count: jnp.ndarray = attrs.field(factory=lambda: jnp.int32(0))
+    ...     fields = effax.Fields(carry="count")  # goes in, comes back, is stored
     ...     @property
     ...     def value(self):
     ...         return self.count
-    ...     def export(self):
-    ...         return effax.Export(carry=self.count)
     ...     @classmethod
     ...     def rebuild(cls, effect, static, const, carry):
     ...         return cls(effect, carry)
-    ...     def outcome(self, *, carry_required):
-    ...         return effax.Outcome(carry=self.count)
-    ...     def absorb(self, outcome, *, steps):
-    ...         self.count = outcome.carry
     >>> events = Counter("events")
     >>> with Tally(events) as tally:
     ...     events.tick()  # eagerly
@@ -221,6 +276,8 @@ class Handler(abc.ABC, Generic[E]):
     ...     _ = effax.scan(lambda c, x: (c, events.tick()), 0, None, length=3)
     >>> int(tally.value)
     5
+    >>> tally.export()  # derived from `fields`
+    Export(static=None, const=None, carry=Array(5, dtype=int32))
 
     ```
     """
@@ -228,26 +285,58 @@ class Handler(abc.ABC, Generic[E]):
     __slots__ = ()
     effect: E
 
-    @abc.abstractmethod
+    @property
+    def fields(self) -> Fields | None:
+        """The attributes that cross a traced boundary (see :class:`effax.Fields`),
+        or `None` if the handler overrides `export`, `outcome` and `absorb`."""
+        return None
+
     def export(self) -> Export:
-        """What goes into a traced region."""
+        """What goes into a traced region (derived from `fields` unless overridden)."""
+        f = self.fields
+        if f is None:
+            _no_fields(self, "export")
+        return Export(
+            None if f.static is None else getattr(self, f.static),
+            None if f.const is None else getattr(self, f.const),
+            None if f.carry is None else getattr(self, f.carry),
+        )
 
     @classmethod
     @abc.abstractmethod
     def rebuild(cls: type[H], effect: Any, static: Any, const: PyTree, carry: PyTree) -> H:
         """The handler to install inside a traced region, from what `export` sent."""
 
-    @abc.abstractmethod
     def outcome(self, *, carry_required: bool) -> Outcome:
-        """What comes out; `carry_required` is true in loop bodies and cond branches."""
+        """What comes out; `carry_required` is true in loop bodies and cond branches.
 
-    @abc.abstractmethod
+        Derived from `fields` unless overridden: the carry and the values, no static.
+        """
+        f = self.fields
+        if f is None:
+            _no_fields(self, "outcome")
+        return Outcome(
+            None,
+            None if f.carry is None else getattr(self, f.carry),
+            None if f.values is None else tuple(getattr(self, f.values)),
+        )
+
     def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
         """Update this (outer) handler from an inner handler's outcome.
 
         `steps` is how many times the region ran (1 for a call, n for a scan of n
         steps), or `None` where it is not known at trace time (`while_loop`).
+        Derived from `fields` unless overridden (see :class:`effax.Fields`).
         """
+        f = self.fields
+        if f is None:
+            _no_fields(self, "absorb")
+        if f.advance is not None and type(outcome.static) is int and steps is not None:
+            setattr(self, f.advance, getattr(self, f.advance) + steps * outcome.static)
+        elif f.carry is not None and outcome.carry is not None:
+            setattr(self, f.carry, outcome.carry)
+        if f.values is not None and outcome.values is not None:
+            getattr(self, f.values).extend(outcome.values)
 
     @property
     @abc.abstractmethod
@@ -531,20 +620,18 @@ class Provider(Handler[Ask[T]]):
     def value(self) -> T:
         return self.provided
 
-    def export(self) -> Export:
-        if self.effect.static:
-            return Export(self.provided, None, None)
-        return Export(None, self.provided, None)
+    @property
+    def fields(self) -> Fields:
+        return _STATIC_PROVIDED if self.effect.static else _TRACED_PROVIDED
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Provider[T]:
         return cls(effect, static if effect.static else const)
 
-    def outcome(self, *, carry_required: bool) -> Outcome:
-        return Outcome()
 
-    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
-        pass
+# A static value is part of the cache key; a traced one is an input of the region.
+_STATIC_PROVIDED = Fields(static="provided")
+_TRACED_PROVIDED = Fields(const="provided")
 
 
 # --- State ------------------------------------------------------------------------
@@ -629,19 +716,11 @@ class StateCell(Handler[State[S]]):
     effect: State[S]
     value: S
     _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
-
-    def export(self) -> Export:
-        return Export(None, None, self.value)
+    fields = Fields(carry="value")
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> StateCell[S]:
         return cls(effect, carry)
-
-    def outcome(self, *, carry_required: bool) -> Outcome:
-        return Outcome(carry=self.value)
-
-    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
-        self.value = outcome.carry
 
     def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
         return self.export(), 0 if policy.state == "batched" else None
@@ -750,7 +829,9 @@ class KeyStream(Handler[RandomKey]):
     in Python (then it is the int `offset`), and an int32 array once it is not (after
     an `effax.cond` whose branches draw different numbers of keys, or a
     `while_loop`). `drawn` counts the draws since this handler was made, or is `None`
-    once that number is no longer known at trace time.
+    once that number is no longer known at trace time. A region that drew a known
+    number of keys advances `offset` by it (the `advance` of its `fields`); one that
+    did not sends the traced counter back, which is set as `counter`.
 
     **Example:**
 
@@ -775,14 +856,29 @@ class KeyStream(Handler[RandomKey]):
     base_key: jax.Array
     offset: int = 0
     dynamic: jax.Array | None = None
-    drawn: int | None = 0
+    # `offset` when the number of draws was last known; `None` once it is not.
+    _start: int | None = attrs.field(default=0, alias="start", repr=False)
     _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
+    fields = Fields(const="base_key", carry="counter", advance="offset")
 
     @property
     def counter(self) -> int | jax.Array:
         if self.dynamic is None:
             return self.offset
         return self.dynamic if self.offset == 0 else self.dynamic + self.offset
+
+    @counter.setter
+    def counter(self, counter: int | jax.Array) -> None:
+        # A counter that came back traced: from here on, draws are not counted.
+        if isinstance(counter, int):
+            self.dynamic, self.offset = None, counter
+        else:
+            self.dynamic, self.offset = counter, 0
+        self._start = None
+
+    @property
+    def drawn(self) -> int | None:
+        return None if self._start is None else self.offset - self._start
 
     @property
     def value(self) -> KeyState:
@@ -791,19 +887,14 @@ class KeyStream(Handler[RandomKey]):
     def next_key(self) -> jax.Array:
         key = jax.random.fold_in(self.base_key, self.counter)
         self.offset += 1
-        if self.drawn is not None:
-            self.drawn += 1
         return key
-
-    def export(self) -> Export:
-        return Export(None, self.base_key, self.counter)
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> KeyStream:
         if static is not None:  # split across the named axes of a batched region
             const = jax.random.fold_in(const, jax.lax.axis_index(static))
         if isinstance(carry, int):
-            return cls(effect, const, offset=carry)
+            return cls(effect, const, offset=carry, start=carry)
         return cls(effect, const, dynamic=carry)
 
     def outcome(self, *, carry_required: bool) -> Outcome:
@@ -826,17 +917,6 @@ class KeyStream(Handler[RandomKey]):
             self.absorb(outcome, steps=1)
         else:
             self.absorb(Outcome(static=1), steps=1)
-
-    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
-        if outcome.static is not None and steps is not None:
-            drawn = steps * int(outcome.static)  # type: ignore[call-overload]
-            self.offset += drawn
-            if self.drawn is not None:
-                self.drawn += drawn
-        else:
-            self.dynamic = outcome.carry
-            self.offset = 0
-            self.drawn = None
 
 
 # --- Emit -------------------------------------------------------------------------
@@ -905,22 +985,15 @@ class Collector(Handler[Emit[T]]):
     values: list[T] = attrs.field(factory=list)
     _home: Any = attrs.field(factory=_trace.current_trace_ref, init=False, repr=False)
 
+    fields = Fields(values="values")
+
     @property
     def value(self) -> list[T]:
         return self.values
 
-    def export(self) -> Export:
-        return Export()
-
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Collector[T]:
         return cls(effect)
-
-    def outcome(self, *, carry_required: bool) -> Outcome:
-        return Outcome(values=tuple(self.values))
-
-    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
-        self.values.extend(outcome.values)
 
 
 rng = RandomKey("rng")

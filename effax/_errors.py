@@ -150,3 +150,12 @@ WRITE_LEAK_EXPLANATION = (
     "transformation. Use the effax wrapper (effax.grad, effax.vmap, ...), which "
     "carries the state through the transformation, or install the handler inside it."
 )
+
+OWN_WRITE_LEAK = (
+    "Writing a traced value to {effect!r}, whose handler was passed to effax.handle "
+    "and lives outside the JAX transformation (jax.grad, jax.vmap, ...) around this "
+    "call, so storing "
+    "the value would leak a tracer out of it. No effax wrapper can carry a handler "
+    "that only the handled function knows: install it around the transformation "
+    "instead (`with handler: effax.grad(fn)(x)`), or create it inside."
+)

@@ -10,14 +10,37 @@ from __future__ import annotations
 
 import functools as ft
 import inspect
+import threading
+import types
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import ExitStack
-from typing import Any, ParamSpec, TypeVar, cast, overload
+from typing import Any, NamedTuple, ParamSpec, TypeVar, cast, overload
 
 import jax
 
 from . import _context, _trace
-from ._effects import Blocked, Effect, Handler, NeedsEffect, Outcome, _check_home
+from ._effects import (
+    Blocked,
+    Effect,
+    Export,
+    Handler,
+    NeedsEffect,
+    Outcome,
+    _check_home,
+    _Marker,
+)
+from ._errors import OWN_WRITE_LEAK, EffectLeakError
+from ._fastcall import (
+    Layout,
+    Parts,
+    Template,
+    entry_form,
+    environment,
+    make_function,
+    slow_template,
+    template,
+)
 from ._region import Plan, export_all, outcomes_of, outer_handlers, run_inside
 
 __all__ = ["handle", "jit", "plumb_and_transform"]
@@ -33,12 +56,12 @@ _ARGNUM_KEYWORDS = ("static_argnums", "donate_argnums")
 # --- applying a transformation to the wrapper ---------------------------------------
 
 
-def _shift_argnums(argnums: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
+def _shift_argnums(argnums: int | Sequence[int] | None, n: int) -> int | tuple[int, ...] | None:
     if argnums is None:
         return None
     if isinstance(argnums, int):
-        return argnums + 1 if argnums >= 0 else argnums
-    return tuple(i + 1 if i >= 0 else i for i in argnums)
+        return argnums + n if argnums >= 0 else argnums
+    return tuple(i + n if i >= 0 else i for i in argnums)
 
 
 def _apply_transform(
@@ -46,22 +69,26 @@ def _apply_transform(
     wrapper: Callable[..., Any],
     fn: Callable[..., Any],
     out_shardings: Callable[[Any], Any],
+    n_extra: int = 1,
 ) -> Callable[..., Any]:
-    """Apply `transform` to `wrapper(extra, *args, **kwargs)`, which wraps `fn`.
+    """Apply `transform` to `wrapper(*extra, *args, **kwargs)`, which wraps `fn`.
 
-    `wrapper` gets `fn`'s signature with one positional-only parameter prepended, so
-    transformations that read signatures (``jax.jit``'s `static_argnames`) see `fn`'s
-    parameters. Options given through ``functools.partial(jax.jit, ...)`` refer to
-    `fn`'s parameters and outputs and are adapted here: `static_argnums` and
-    `donate_argnums` are shifted past the extra argument, a tuple of `in_shardings`
-    gets an unspecified entry for it (so plumbed arrays keep their own shardings),
-    and `out_shardings` is mapped by `out_shardings(...)` onto the wrapper's outputs.
+    `wrapper` gets `fn`'s signature with `n_extra` positional-only parameters
+    prepended, so transformations that read signatures (``jax.jit``'s
+    `static_argnames`) see `fn`'s parameters. Options given through
+    ``functools.partial(jax.jit, ...)`` refer to `fn`'s parameters and outputs and
+    are adapted here: `static_argnums` and `donate_argnums` are shifted past the
+    extra arguments, a tuple of `in_shardings` gets unspecified entries for them (so
+    plumbed arrays keep their own shardings), and `out_shardings` is mapped by
+    `out_shardings(...)` onto the wrapper's outputs.
     """
     try:
         sig = inspect.signature(fn)
-        params = list(sig.parameters.values())
-        extra = inspect.Parameter("_effax_plumbed", inspect.Parameter.POSITIONAL_ONLY)
-        params = [extra, *params]
+        extra = [
+            inspect.Parameter(f"_effax_plumbed_{i}", inspect.Parameter.POSITIONAL_ONLY)
+            for i in range(n_extra)
+        ]
+        params = [*extra, *sig.parameters.values()]
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
         pass
@@ -77,9 +104,9 @@ def _apply_transform(
         keywords = dict(transform.keywords)
         for name in _ARGNUM_KEYWORDS:
             if name in keywords:
-                keywords[name] = _shift_argnums(keywords[name])
+                keywords[name] = _shift_argnums(keywords[name], n_extra)
         if isinstance(keywords.get("in_shardings"), (tuple, list)):
-            keywords["in_shardings"] = (None, *keywords["in_shardings"])
+            keywords["in_shardings"] = (*[None] * n_extra, *keywords["in_shardings"])
         if keywords.get("out_shardings") is not None:
             keywords["out_shardings"] = out_shardings(keywords["out_shardings"])
         transform = ft.partial(transform.func, *transform.args, **keywords)
@@ -248,7 +275,8 @@ def plumb_and_transform(
 class _StaticOut:
     """A pytree node with no leaves: carries trace-time Python values out of a
     transformed function in its tree structure, so they come back with every call
-    of a cached compiled function at no device cost."""
+    of a cached compiled function at no device cost. Interned per compiled
+    function, so that the generated call path recognises its layout by identity."""
 
     __slots__ = ("value",)
 
@@ -262,14 +290,138 @@ class _StaticOut:
         return type(other) is _StaticOut and other.value == self.value
 
 
-class _Handled:
-    """One `handle(fn, *handlers, transform=...)`: the function it returns.
+class _Compiled:
+    """The transformed function of one plan, its output layouts and the call paths
+    generated for them.
 
-    It is its own wrapper (``functools.update_wrapper`` gives it `fn`'s name,
-    docstring and signature), so a call costs one Python frame.
+    A call returns ``(out, outputs)``: the function's result and the handlers'
+    carries and values. What the handlers' outcomes were at trace time (the
+    *layout*: each one's static part, and whether a carry and values came out)
+    must come back with every call of the cached program. The first trace's layout
+    is implied by `outputs` being a tuple; a trace with any other layout (other
+    shapes can draw another number of keys) returns a list whose last item is its
+    layout as a static pytree node. So the common case pays for no extra node.
     """
 
-    __effax_row__: tuple[Effect[Any], ...]
+    __slots__ = ("first", "fn", "layouts", "parts", "plan", "templates")
+
+    def __init__(self, plan: Plan, parts: Parts) -> None:
+        self.plan = plan
+        self.parts = parts
+        self.fn: Callable[..., Any] = _no_fn
+        self.first: Layout | None = None
+        self.layouts: dict[Layout, _StaticOut] = {}  # interned: compared by identity
+        self.templates: dict[tuple[_StaticOut | None, tuple[Any, ...]], Template] = {}
+
+    def outputs(self, layout: Layout, outputs: list[Any]) -> tuple[Any, ...] | list[Any]:
+        """What a trace with `layout` returns (the first layout seen is implied)."""
+        if self.first is None:
+            with _LOCK:
+                if self.first is None:
+                    self.first = layout
+        if layout == self.first:
+            return tuple(outputs)
+        return [*outputs, self.layouts.setdefault(layout, _StaticOut(layout))]
+
+    def layout(self, outputs: tuple[Any, ...] | list[Any]) -> tuple[Layout, Sequence[Any]]:
+        """The layout of a call's `outputs`, and the outputs without it."""
+        if type(outputs) is tuple:
+            assert self.first is not None
+            return self.first, outputs
+        return outputs[-1].value, outputs[:-1]
+
+    def outcomes(self, outputs: tuple[Any, ...] | list[Any]) -> list[Outcome]:
+        """The handlers' outcomes, from a call's `outputs`."""
+        layout, parts = self.layout(outputs)
+        remaining = iter(parts)
+        return [
+            Outcome(
+                static,
+                next(remaining) if has_carry else None,
+                next(remaining) if has_values else None,
+            )
+            for static, has_carry, has_values in layout
+        ]
+
+
+def _outer_homes(
+    stack: _context.Stack, handlers: Sequence[Handler[Any]]
+) -> list[_trace.TraceRef | None]:
+    """For each handler, the trace it was installed under if that is not the
+    current one (a raw ``jax.grad`` or ``jax.vmap`` runs around the call), else
+    None. Outcomes written into such a handler must hold no tracer of this trace."""
+    trace = _trace.current_trace_ref()
+    homes = []
+    for handler in handlers:
+        entry = stack.get(handler.effect)
+        home = (
+            entry[1]
+            if entry is not None and entry[0] is handler
+            else getattr(handler, "_home", None)
+        )
+        if type(home) is _Marker:
+            home = home.ref
+        homes.append(None if home is trace else home)
+    return homes
+
+
+def _check_writes(
+    handlers: Sequence[Handler[Any]],
+    outcomes: Sequence[Outcome],
+    homes: Sequence[_trace.TraceRef | None],
+) -> None:
+    """Refuse (before anything is absorbed) outcomes that would leave a tracer in a
+    handler installed under an outer trace: it could not outlive its trace."""
+    stack = _context.current_stack()
+    for handler, outcome, home in zip(handlers, outcomes, homes, strict=True):
+        if home is None:
+            continue
+        entry = stack.get(handler.effect)
+        if entry is not None and entry[0] is handler:
+            handler.effect._check_write((outcome.carry, outcome.values), home)
+        elif _trace.foreign_tracers(jax.tree.leaves((outcome.carry, outcome.values)), home):
+            raise EffectLeakError(OWN_WRITE_LEAK.format(effect=handler.effect))
+
+
+_LOCK = threading.Lock()
+
+
+def _no_fn(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - replaced at once
+    raise AssertionError("effax internal error: a compiled function was used too early")
+
+
+def _flat_inputs(exports: Sequence[Export], parts: Parts) -> list[Any]:
+    """The plumbed arguments of a compiled call: each present const and carry."""
+    flat = []
+    for export, (has_const, has_carry) in zip(exports, parts, strict=True):
+        if has_const:
+            flat.append(export.const)
+        if has_carry:
+            flat.append(export.carry)
+    return flat
+
+
+def _present(values: Any) -> bool:
+    return values is not None and not (isinstance(values, (tuple, list)) and not values)
+
+
+class _Handled:
+    """The state of one `handle(fn, *handlers, transform=...)`.
+
+    What `handle` returns is `entry`, a function with `fn`'s parameters generated by
+    `_fastcall`. A compiled call takes one of two paths:
+
+    - the general one (`call_slowly`), written against the `Handler` protocol: find
+      the handlers to plumb, export them, look up or trace the compiled function of
+      that plan, absorb the outcomes. At its end it generates (once per plan and
+      output layout) the code of the fast path and installs it for the current
+      handler stack and trace;
+    - the fast one: the entry's code and environment, which do the same in
+      straight-line attribute reads and writes, and fall back to the general path
+      for anything they were not written for. `fast` keeps each installed stack's
+      environment (the stack held weakly: an entry dies with its stack), so going
+      back to a stack only swaps the entry's code and environment.
+    """
 
     def __init__(
         self, fn: Callable[..., Any], own: tuple[Handler[Any], ...], transform: Transform | None
@@ -287,7 +439,18 @@ class _Handled:
         declared = getattr(fn, "__effax_row__", None)  # set by `effax.uses`
         if declared is not None:
             self.row = {e: None for e in declared if e not in self.own_effects}
-        self.cache: dict[Hashable, Callable[..., Any]] = {}
+        self.cache: dict[tuple[Plan, Parts], _Compiled] = {}
+        self.fast: dict[int, _Fast] = {}  # by id(stack); entries die with their stack
+        self.path: _Path | None = None
+        # The function `handle` returns, with fn's parameters; its code and its
+        # closure cell (the environment) are swapped for the generated call path
+        # of the stack it was last called under.
+        self.form = entry_form(fn)
+        self.slow = slow_template(fn, self.form)
+        self.slow_env: tuple[Any, ...] = (self.slow.token, self.enter)
+        self.entry = make_function(self.slow, self.slow_env)
+        assert self.entry.__closure__ is not None
+        self.cell = self.entry.__closure__[0]
 
     def handlers(self, stack: _context.Stack) -> list[Handler[Any]]:
         """The handlers to plumb in: the outer ones `fn` needs, then its own."""
@@ -298,16 +461,18 @@ class _Handled:
         outer.extend(self.own)
         return outer
 
-    def compiled(self, plan: Plan) -> Callable[..., Any]:
+    def compiled(self, plan: Plan, parts: Parts) -> _Compiled:
         try:
-            return self.cache[plan]
+            return self.cache[plan, parts]
         except KeyError:
             pass
         assert self.transform is not None
         fn = self.fn
         plumbed = {effect for effect, _, _ in plan}
+        record = _Compiled(plan, parts)
+        n_in = sum(has_const + has_carry for has_const, has_carry in parts)
 
-        def wrapper(dynamic: Any, /, *args: Any, **kwargs: Any) -> Any:
+        def wrapper(*flat: Any, **kwargs: Any) -> Any:
             # Runs while tracing: visible handlers that were not plumbed in are marked,
             # so performing one retries the call with it plumbed in.
             replumb = tuple(
@@ -315,22 +480,32 @@ class _Handled:
                 for effect, (_, ref) in _context.current_stack().items()
                 if effect not in plumbed and not isinstance(ref, Blocked)
             )
+            inputs = iter(flat[:n_in])
+            dynamic = [
+                (next(inputs) if has_const else None, next(inputs) if has_carry else None)
+                for has_const, has_carry in parts
+            ]
             used: set[Effect[Any]] = set()
             out, inner = run_inside(
-                plan, dynamic, fn, args, kwargs, track=used, replumb=replumb, owner=self
+                plan, dynamic, fn, flat[n_in:], kwargs, track=used, replumb=replumb, owner=self
             )
             results = outcomes_of(plan, dynamic, inner, carry_required=False)
             self.note_performed(plan, used)
-            return (
-                out,
-                [(r.carry, r.values) for r in results],
-                _StaticOut(tuple(r.static for r in results)),
-            )
+            outputs: list[Any] = []
+            layout = []
+            for result in results:
+                has_carry, has_values = result.carry is not None, _present(result.values)
+                if has_carry:
+                    outputs.append(result.carry)
+                if has_values:
+                    outputs.append(result.values)
+                layout.append((result.static, has_carry, has_values))
+            return out, record.outputs(tuple(layout), outputs)
 
-        compiled = self.cache[plan] = _apply_transform(
-            self.transform, wrapper, fn, out_shardings=lambda o: (o, None, None)
+        record.fn = _apply_transform(
+            self.transform, wrapper, fn, out_shardings=lambda o: (o, None), n_extra=n_in
         )
-        return compiled
+        return self.cache.setdefault((plan, parts), record)
 
     def note_performed(self, plan: Plan, used: set[Effect[Any]]) -> None:
         if self.row is None:
@@ -346,39 +521,45 @@ class _Handled:
         out, inner = run_inside(plan, dynamic, self.fn, args, kwargs, track=used)
         results = outcomes_of(plan, dynamic, inner, carry_required=False)
         self.note_performed(plan, used)
+        _check_writes(handlers, results, _outer_homes(_context.current_stack(), handlers))
         for handler, result in zip(handlers, results, strict=True):
             handler.absorb(result, steps=1)
         return out
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def enter(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call that the entry's current code was not written for."""
         if self.transform is None:
             return self.call_eagerly(args, kwargs)
         stack = _context.current_stack()
+        fast = self.fast.get(id(stack))
+        if fast is not None and fast.stack() is stack and fast.trace is _trace.current_trace_ref():
+            self.use(fast.code, fast.env)  # the next call takes it directly
+            return fast.fn(*args, **kwargs)
+        path = self.path
+        if path is not None and self.row is not None and len(self.row) == path.row:
+            # A stack not seen yet (e.g. a `with` block per call): if it resolves
+            # to handlers of the same kinds, the generated code serves it as it is
+            # (it checks static exports itself); only its environment is new.
+            handlers = tuple(self.handlers(stack))
+            kinds = tuple((h.effect, type(h), h.fields) for h in handlers)
+            if kinds == path.kinds and not any(_outer_homes(stack, handlers)):
+                return self.bind(stack, path, handlers).fn(*args, **kwargs)
+        return self.call_slowly(args, kwargs)
+
+    def call_slowly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        stack = _context.current_stack()
         while True:
-            # What to plumb depends only on the stack, the trace and the row: memoised
-            # on the stack itself, so calls inside one `with` block derive it once.
-            key = (self, _trace.current_trace_ref(), None if self.row is None else len(self.row))
+            row_before = None if self.row is None else len(self.row)
+            handlers = tuple(self.handlers(stack))
+            exports = [h.export() for h in handlers]
+            plan = tuple(
+                (h.effect, type(h), e.static) for h, e in zip(handlers, exports, strict=True)
+            )
+            parts = tuple((e.const is not None, e.carry is not None) for e in exports)
+            record = self.compiled(plan, parts)
+            flat = _flat_inputs(exports, parts)
             try:
-                plumbing: _Plumbing = stack.memo[key]
-            except KeyError:
-                plumbing = stack.memo[key] = _Plumbing(self.handlers(stack))
-            exports = [export() for export in plumbing.exports]
-            statics = tuple([export.static for export in exports])
-            try:
-                compiled = plumbing.compiled[statics]
-            except KeyError:
-                plan = tuple(
-                    (effect, cls, static)
-                    for (effect, cls), static in zip(plumbing.kinds, statics, strict=True)
-                )
-                compiled = plumbing.compiled[statics] = self.compiled(plan)
-            first = self.row is None
-            dynamic = [(export.const, export.carry) for export in exports]
-            try:
-                if kwargs:
-                    out, dyn_out, static_out = compiled(dynamic, *args, **kwargs)
-                else:
-                    out, dyn_out, static_out = compiled(dynamic, *args)
+                result = record.fn(*flat, *args, **kwargs)
             except NeedsEffect as need:
                 if need.owner is not self or self.row is None:
                     raise
@@ -391,28 +572,105 @@ class _Handled:
                 self.row[need.effect] = None
                 continue
             break
-        if first:
+        if row_before is None:
             self.handlers(stack)  # let enclosing traced regions note what fn performs
-        for absorb, static, (carry, values) in zip(
-            plumbing.absorbs, static_out.value, dyn_out, strict=True
-        ):
-            if static is not None or carry is not None or values:
-                absorb(Outcome(static, carry, values), steps=1)
-        return out
+        outcomes = record.outcomes(result[1])
+        homes = _outer_homes(stack, handlers)
+        _check_writes(handlers, outcomes, homes)
+        self.absorb(handlers, outcomes)
+        if not any(homes) and row_before is not None and len(self.row or ()) == row_before:
+            # Every handler lives on this trace (the generated path writes without
+            # checking), and the plan holds for the next calls under this stack.
+            self.install(stack, record, handlers, result[1])
+        return result[0]
+
+    def absorb(self, handlers: Sequence[Handler[Any]], outcomes: Sequence[Outcome]) -> None:
+        for handler, outcome in zip(handlers, outcomes, strict=True):
+            if outcome.static is not None or outcome.carry is not None or outcome.values:
+                handler.absorb(outcome, steps=1)
+
+    def install(
+        self,
+        stack: _context.Stack,
+        record: _Compiled,
+        handlers: tuple[Handler[Any], ...],
+        outputs: tuple[Any, ...] | list[Any],
+    ) -> None:
+        """Give this stack and trace the generated call path of `record`, for the
+        layout of `outputs`, and make it the entry's code."""
+        node = None if type(outputs) is tuple else outputs[-1]
+        fields = tuple(h.fields for h in handlers)
+        code = record.templates.get((node, fields))
+        if code is None:
+            code = record.templates[node, fields] = template(
+                self.fn,
+                self.form,
+                handlers,
+                [static for _, _, static in record.plan],
+                record.parts,
+                record.layout(outputs)[0],
+                first=node is None,
+            )
+
+        def mismatch(hs: tuple[Handler[Any], ...], result: Any) -> Any:
+            # A retrace gave another output layout: absorb it, switch paths.
+            self.absorb(hs, record.outcomes(result[1]))
+            self.install(_context.current_stack(), record, hs, result[1])
+            return result[0]
+
+        kinds = tuple((h.effect, type(h), f) for h, f in zip(handlers, fields, strict=True))
+        assert self.row is not None
+        self.path = _Path(len(self.row), kinds, code, (record.fn, self.call_slowly, mismatch, node))
+        self.bind(stack, self.path, handlers)
+
+    def bind(self, stack: _context.Stack, path: _Path, handlers: tuple[Handler[Any], ...]) -> _Fast:
+        """Run `path` for `handlers` under this stack and trace, from now on."""
+        stack_id = id(stack)
+        trace = _trace.current_trace_ref()
+
+        def forget(ref: weakref.ref[_context.Stack]) -> None:
+            # The stack is gone: drop its path, and its handlers with it.
+            fast = self.fast.get(stack_id)
+            if fast is not None and fast.stack is ref:
+                del self.fast[stack_id]
+                if self.cell.cell_contents is fast.env:
+                    self.use(self.slow, self.slow_env)
+
+        ref = weakref.ref(stack, forget)
+        check = (ref, _context.current_stack, _trace.trace_state, trace)
+        env = environment(path.code, self.enter, check, path.call, handlers)
+        fast = self.fast[stack_id] = _Fast(
+            ref, trace, path.code, env, make_function(path.code, env)
+        )
+        self.use(path.code, env)
+        return fast
+
+    def use(self, code: Template, env: tuple[Any, ...]) -> None:
+        """Make the entry run `code` in `env` (either order is safe; see _fastcall)."""
+        self.cell.cell_contents = env
+        self.entry.__code__ = code.code
 
 
-class _Plumbing:
-    """The handlers one handled function plumbs under one installed stack, with
-    their bound protocol methods and the compiled functions by static exports."""
+class _Path(NamedTuple):
+    """The generated call path last installed, for any stack with handlers of the
+    same `kinds` (effect, class, fields), while the row keeps its length `row`:
+    its code and the objects it calls (compiled function, retry, mismatch, node)."""
 
-    __slots__ = ("absorbs", "compiled", "exports", "handlers", "kinds")
+    row: int
+    kinds: tuple[tuple[Effect[Any], type[Handler[Any]], Any], ...]
+    code: Template
+    call: tuple[Any, ...]
 
-    def __init__(self, handlers: list[Handler[Any]]) -> None:
-        self.handlers = handlers
-        self.kinds = tuple((h.effect, type(h)) for h in handlers)
-        self.exports = [h.export for h in handlers]
-        self.absorbs = [h.absorb for h in handlers]
-        self.compiled: dict[tuple[Hashable, ...], Callable[..., Any]] = {}
+
+class _Fast(NamedTuple):
+    """A stack's generated call path: the stack (weakly), its trace, the code, its
+    environment, and a function running them (for the call that installs it)."""
+
+    stack: weakref.ref[_context.Stack]
+    trace: _trace.TraceRef
+    code: Template
+    env: tuple[Any, ...]
+    fn: types.FunctionType
 
 
 def handle(
@@ -464,11 +722,13 @@ def handle(
                 f"got {type(handler).__name__}: {handler!r}."
             )
     handled = _Handled(fn, handlers, transform)
-    ft.update_wrapper(handled, fn)
+    entry = handled.entry
+    ft.update_wrapper(entry, fn)
+    entry.__effax_handled__ = handled  # type: ignore[attr-defined]
     if handled.row is not None and getattr(fn, "__effax_row__", None) is not None:
         # what a caller of the handled function must handle: fn's row minus ours
-        handled.__effax_row__ = tuple(handled.row)
-    return cast("Callable[P, R]", handled)
+        entry.__effax_row__ = tuple(handled.row)  # type: ignore[attr-defined]
+    return cast("Callable[P, R]", entry)
 
 
 @overload

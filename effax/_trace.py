@@ -36,6 +36,7 @@ __all__ = [
     "foreign_tracers",
     "innermost_staging_api",
     "reachability",
+    "trace_state",
 ]
 
 SUPPORTED_JAX: Final = "0.10.x to 0.12.x"
@@ -49,6 +50,9 @@ _trace_ctx = _core.trace_ctx
 # `trace_state.value` is the current trace's `_weakref` (jax >= 0.10): the cheapest
 # identity key JAX keeps for it (about 0.05 us against 0.09 us for `trace_ctx.trace`).
 _trace_state = _core.trace_state
+# Exposed for generated code that must read it with no Python call in between:
+# ``trace_state.value`` is ``current_trace_ref()``.
+trace_state: Final = _trace_state
 _Staging = _pe.DynamicJaxprTrace
 _Tracer = _core.Tracer
 

@@ -138,6 +138,59 @@ def test_write_of_inner_tracer_to_outer_handler_raises(transform):
     assert float(cell.value) == 0.0
 
 
+HANDLED = {
+    "direct": lambda f: f,
+    "handle": fx.handle,
+    "handle(jit)": fx.jit,
+    "handle(jit) warm": lambda f: _warm(fx.jit(f)),
+}
+
+
+def _warm(compiled):
+    # two calls outside any transformation install the generated call path
+    for _ in range(2):
+        compiled(jnp.float32(1))
+    return compiled
+
+
+@pytest.mark.parametrize("wrap", HANDLED.values(), ids=HANDLED.keys())
+@pytest.mark.parametrize("transform", [jax.grad, jax.vmap], ids=["grad", "vmap"])
+def test_handled_call_under_raw_transform_refuses_to_store_its_tracers(wrap, transform):
+    # What a handled call hands back to an outer handler under a raw jax.grad /
+    # jax.vmap is a tracer of that transformation: storing it would leak it.
+    def fn(x):
+        steps.set(steps.get() + x * 2)
+        return x * 1.0
+
+    x = jnp.float32(1) if transform is jax.grad else jnp.ones(2)
+    with steps.init(jnp.float32(0)) as cell:
+        handled = wrap(fn)
+        before = cell.value
+        with pytest.raises(fx.EffectLeakError, match=r"Writing a traced value to State\('steps'\)"):
+            transform(handled)(x)
+        assert cell.value is before
+
+
+def test_own_cell_under_raw_grad_refuses_to_store_tracers():
+    def fn(x):
+        steps.set(steps.get() + x)
+        return x * 1.0
+
+    for wrap in [fx.grad, jax.grad]:
+        cell = steps.init(jnp.float32(0))
+        counted = fx.handle(fn, cell, transform=jax.jit)
+        with pytest.raises(
+            fx.EffectLeakError, match=r"State\('steps'\), whose handler was passed to effax.handle"
+        ):
+            wrap(counted)(jnp.float32(1))
+        assert float(cell.value) == 0.0
+    # what the message advises: install the cell around the transformation
+    cell = steps.init(jnp.float32(0))
+    with cell:
+        assert float(fx.grad(fx.jit(fn))(jnp.float32(1))) == 1.0
+    assert float(cell.value) == 1.0
+
+
 def test_emit_of_inner_tracer_raises():
     def fn(x):
         aux.emit(x)
