@@ -220,13 +220,16 @@ def template(
     layout: Layout,
     *,
     first: bool,
+    outer: bool,
 ) -> Template:
     """Generate the specialised code of `fn`'s handled function for one plan.
 
     `handlers` are a representative set (only their classes and fields are used);
     `statics` and `parts` are the plan's; `layout` is the output layout to write
     for: the first trace's (`first`: outputs come back as a tuple) or another one
-    (a list ending with the layout's static node). Run it in an `environment`.
+    (a list ending with the layout's static node). `outer`: whether the plan reads
+    handlers from the installed stack (if not, the code runs under any stack, and
+    only checks the trace). Run it in an `environment`.
     """
     env: list[Any] = [NeedsEffect]
     env_names: list[str] = ["_fxNeedsEffect"]
@@ -326,7 +329,9 @@ def template(
         "if _fxenv[0] is not _fxtoken:",
         f"    return _fxenv[1]{slow}",
         f"({''.join(f'{n}, ' for n in names)}) = _fxenv",
-        "if _fxstack() is not _fxget() or _fxts.value is not _fxtrace:",
+        "if _fxstack() is not _fxget() or _fxts.value is not _fxtrace:"
+        if outer
+        else "if _fxts.value is not _fxtrace:",
         f"    return _fxslow{slow}",
         *body,
     ]

@@ -610,6 +610,7 @@ class _Handled:
                 record.parts,
                 record.layout(outputs)[0],
                 first=node is None,
+                outer=len(handlers) > len(self.own),  # the own handlers come last
             )
 
         def mismatch(hs: tuple[Handler[Any], ...], result: Any) -> Any:

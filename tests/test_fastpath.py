@@ -258,7 +258,16 @@ def test_own_cells_count_while_compiled_once():
 
     counter = fx.handle(tick, total.init(jnp.float32(0)), transform=jax.jit)
     assert [float(counter()) for _ in range(5)] == [1, 2, 3, 4, 5]
+    # its plan reads nothing from the stack: any stack takes the same path
+    with handlers():
+        assert [float(counter()) for _ in range(2)] == [6, 7]
+    with scale.provide(jnp.float32(0)), handlers():
+        assert float(counter()) == 8
     assert len(traces) == 1
+    # but not any trace: under a raw jit its cell would become a stale constant
+    with pytest.raises(fx.EffectLeakError, match="created under a JAX trace"):
+        jax.jit(counter)()
+    assert float(counter()) == 9
 
 
 def test_a_call_that_raises_absorbs_nothing():
