@@ -10,7 +10,9 @@ Prints, interleaved and paired like the suite:
   passed it: the difference between the last two is effax's own Python work per
   call, the difference between the last and the first is what effax's argument
   and output structure costs inside JAX's dispatch;
-- a cProfile of effax's calls (case 1, then case 3), sorted by own time.
+- a cProfile of effax's calls (case 1, then case 3), sorted by own time;
+- the code effax generated for case 1's calls (what runs on every call once the
+  handled function is warm; see effax/_fastcall.py).
 
 Not a benchmark (nothing here has a target); a tool for whoever optimises
 ``effax.handle``.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import linecache
 import pstats
 from collections.abc import Callable
 from typing import Any
@@ -136,7 +139,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for case, text in profiles.items():
         print(f"\n== cProfile, {case}, {calls} calls (own time; cProfile inflates Python calls)")
         print(text)
-    return {"rows": rows, "split_us": split, "profiles": profiles}
+    source = generated_source()
+    print("== the code effax runs for each call of case 1, once warm\n")
+    print(source)
+    return {"rows": rows, "split_us": split, "profiles": profiles, "generated": source}
+
+
+def generated_source() -> str:
+    """The generated per-call code of `handle(step, transform=jax.jit)`, warmed up."""
+    inp = bd._inputs()
+    fn = fx.handle(bd.step, transform=jax.jit)
+    cells = (bd.scale.provide(inp["scale"]), bd.noise.seed(inp["key"]), bd.total.init(inp["total"]))
+    with fx.handlers(*cells):
+        for _ in range(3):
+            fn(inp["x"])
+        code = fn.__code__
+    return "".join(linecache.getlines(code.co_filename))
 
 
 if __name__ == "__main__":

@@ -116,3 +116,6 @@ def test_profile_dispatch_quick(benchmarks_on_path):
     check_rows(results["rows"], {"prof"})
     assert set(results["profiles"]) == {"case 1", "case 3"}
     assert "ncalls" in results["profiles"]["case 1"]
+    # the generated per-call code: the handlers' fields go straight into the call
+    assert "_fxh2.value = " in results["generated"]
+    assert ".export()" not in results["generated"]
