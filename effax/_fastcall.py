@@ -231,8 +231,10 @@ def template(
     handlers from the installed stack (if not, the code runs under any stack, and
     only checks the trace). Run it in an `environment`.
     """
-    env: list[Any] = [NeedsEffect]
-    env_names: list[str] = ["_fxNeedsEffect"]
+    # Every name the code uses is a local starting with `_fx` (which `entry_form`
+    # keeps out of fn's parameters), builtins included.
+    env: list[Any] = [NeedsEffect, tuple]
+    env_names: list[str] = ["_fxNeedsEffect", "_fxtuple"]
 
     def constant(value: Any, name: str) -> str:
         env.append(value)
@@ -300,7 +302,7 @@ def template(
 
     handler_names = [f"_fxh{i}" for i in range(len(handlers))]
     names = [
-        "_",
+        "_fxtoken0",
         "_fxslow",
         "_fxstack",
         "_fxget",
@@ -343,12 +345,12 @@ def template(
         "except _fxNeedsEffect:",
         f"    return _fxretry{slow}",
         "_fxout, _fxp = _fxr",
-        "if _fxp.__class__ is not tuple:"
+        "if _fxp.__class__ is not _fxtuple:"
         if first
-        else "if _fxp.__class__ is tuple or _fxp[-1] is not _fxnode:",
+        else "if _fxp.__class__ is _fxtuple or _fxp[-1] is not _fxnode:",
         f"    return _fxmismatch(({''.join(f'{n}, ' for n in handler_names)}), _fxr)",
     ]
-    unpacked = [f"_fxc{j}" for j in range(n_parts)] + ([] if first else ["_"])
+    unpacked = [f"_fxc{j}" for j in range(n_parts)] + ([] if first else ["_fxlayout"])
     if unpacked:
         lines.append(f"{''.join(f'{n}, ' for n in unpacked)}= _fxp")
     lines += writes

@@ -344,42 +344,43 @@ class _Compiled:
         ]
 
 
-def _outer_homes(
-    stack: _context.Stack, handlers: Sequence[Handler[Any]]
-) -> list[_trace.TraceRef | None]:
-    """For each handler, the trace it was installed under if that is not the
-    current one (a raw ``jax.grad`` or ``jax.vmap`` runs around the call), else
-    None. Outcomes written into such a handler must hold no tracer of this trace."""
+class _Home(NamedTuple):
+    """Where a plumbed handler was installed, when that is not the current trace."""
+
+    trace: _trace.TraceRef
+    own: bool  # passed to `handle` (not found on the stack)
+
+
+def _outer_homes(stack: _context.Stack, handlers: Sequence[Handler[Any]]) -> list[_Home | None]:
+    """For each handler, where it was installed if that is not the current trace
+    (a raw ``jax.grad`` or ``jax.vmap`` runs around the call), else None. What a
+    call writes into such a handler must hold no tracer of the current trace."""
     trace = _trace.current_trace_ref()
-    homes = []
+    homes: list[_Home | None] = []
     for handler in handlers:
         entry = stack.get(handler.effect)
-        home = (
-            entry[1]
-            if entry is not None and entry[0] is handler
-            else getattr(handler, "_home", None)
-        )
+        if entry is not None and entry[0] is handler:
+            home, own = entry[1], False
+        else:
+            home, own = getattr(handler, "_home", None), True
         if type(home) is _Marker:
             home = home.ref
-        homes.append(None if home is trace else home)
+        homes.append(None if home is None or home is trace else _Home(home, own))
     return homes
 
 
 def _check_writes(
-    handlers: Sequence[Handler[Any]],
-    outcomes: Sequence[Outcome],
-    homes: Sequence[_trace.TraceRef | None],
+    handlers: Sequence[Handler[Any]], outcomes: Sequence[Outcome], homes: Sequence[_Home | None]
 ) -> None:
     """Refuse (before anything is absorbed) outcomes that would leave a tracer in a
     handler installed under an outer trace: it could not outlive its trace."""
-    stack = _context.current_stack()
     for handler, outcome, home in zip(handlers, outcomes, homes, strict=True):
         if home is None:
             continue
-        entry = stack.get(handler.effect)
-        if entry is not None and entry[0] is handler:
-            handler.effect._check_write((outcome.carry, outcome.values), home)
-        elif _trace.foreign_tracers(jax.tree.leaves((outcome.carry, outcome.values)), home):
+        written = (outcome.carry, outcome.values)
+        if not home.own:
+            handler.effect._check_write(written, home.trace)
+        elif _trace.foreign_tracers(jax.tree.leaves(written), home.trace):
             raise EffectLeakError(OWN_WRITE_LEAK.format(effect=handler.effect))
 
 
@@ -586,7 +587,8 @@ class _Handled:
 
     def absorb(self, handlers: Sequence[Handler[Any]], outcomes: Sequence[Outcome]) -> None:
         for handler, outcome in zip(handlers, outcomes, strict=True):
-            if outcome.static is not None or outcome.carry is not None or outcome.values:
+            static, carry, values = outcome
+            if static is not None or carry is not None or values is not None:
                 handler.absorb(outcome, steps=1)
 
     def install(

@@ -96,6 +96,9 @@ def test_signatures_args_kwargs_defaults():
     def defaulted(a, b=2.0):
         return step(a) * b
 
+    def builtin_names(tuple, _):  # parameters named like what generated code uses
+        return step(tuple) + _
+
     cases = [
         (positional, lambda f, x: f(x, 1.0)),
         (positional, lambda f, x: f(b=1.0, a=x)),
@@ -103,6 +106,7 @@ def test_signatures_args_kwargs_defaults():
         (generic, lambda f, x: f(x)),
         (defaulted, lambda f, x: f(x)),
         (defaulted, lambda f, x: f(x, 3.0)),
+        (builtin_names, lambda f, x: f(x, 1.0)),
     ]
     for fn, call in cases:
         compiled = fx.jit(fn)
