@@ -113,17 +113,34 @@ def entry_form(fn: Callable[..., Any]) -> Form:
     an argument instead of leaving it to `fn`.)
     """
     generic = Form(None)
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
+    names: list[str] = []
+    code = getattr(fn, "__code__", None)
+    if (
+        type(fn) is types.FunctionType
+        and type(code) is types.CodeType
+        and not hasattr(fn, "__wrapped__")
+        and not hasattr(fn, "__signature__")
+    ):
+        # A plain function: its code says it all (inspect.signature costs ~50x more,
+        # and handle() may be called in a loop).
+        if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+            return generic
+        if code.co_kwonlyargcount or fn.__defaults__ or fn.__kwdefaults__:
+            return generic
+        names = list(code.co_varnames[: code.co_argcount])
+    else:
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return generic
+        for p in params:
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                return generic
+            if p.default is not p.empty:
+                return generic
+            names.append(p.name)
+    if any(_name(n) is None or n.startswith("_fx") for n in names):
         return generic
-    names = []
-    for p in params:
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
-            return generic
-        if not p.name.isidentifier() or keyword.iskeyword(p.name) or p.name.startswith("_fx"):
-            return generic
-        names.append(p.name)
     return Form(tuple(names))
 
 
@@ -136,32 +153,44 @@ class Template(NamedTuple):
     constants: tuple[Any, ...]
 
 
-def _compile(name: str, params: str, body: Sequence[str], filename: str) -> Template:
+def _compile(name: str, params: str, body: Sequence[str]) -> Template:
     """Compile ``def name(params): body`` as a function with one free variable,
-    ``_fxcell``, and give its code a fresh token."""
+    ``_fxcell``, and give its code a token.
+
+    Compiled once per source text (the cache is bounded by the shapes of plans and
+    parameter lists, not by how many functions are handled): functions whose code
+    reads the same are given the same code object, renamed.
+    """
     source = "\n".join(
         [
             "def _fxmake(_fxcell):",
-            f"    def {name}({params}):",
+            f"    def handled({params}):",
             f"        _fxtoken = {_TOKEN!r}",
             "        _fxenv = _fxcell",
             *[f"        {line}" for line in body],
-            f"    return {name}",
+            "    return handled",
+            "",
         ]
     )
-    # Registered with linecache, as dataclasses and attrs do, so that tracebacks
-    # through a handled call show the line they passed.
-    filename = f"<{filename} #{next(_SERIAL)}>"
-    source += "\n"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: dict[str, Any] = {}
-    exec(compile(source, filename, "exec"), namespace)
-    code: types.CodeType = namespace["_fxmake"](None).__code__
-    token = object()
-    consts = tuple(token if c == _TOKEN else c for c in code.co_consts)
-    return Template(code.replace(co_consts=consts), token, ())
+    compiled = _CODE.get(source)
+    if compiled is None:
+        # Registered with linecache, as dataclasses and attrs do, so that tracebacks
+        # through a handled call show the line they passed.
+        filename = f"<effax.handle #{next(_SERIAL)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        namespace: dict[str, Any] = {}
+        exec(compile(source, filename, "exec"), namespace)
+        code: types.CodeType = namespace["_fxmake"](None).__code__
+        token = object()
+        code = code.replace(co_consts=tuple(token if c == _TOKEN else c for c in code.co_consts))
+        compiled = _CODE.setdefault(source, (code, token))
+    code, token = compiled
+    if name != code.co_name:
+        code = code.replace(co_name=name, co_qualname=name)
+    return Template(code, token, ())
 
 
+_CODE: dict[str, tuple[types.CodeType, object]] = {}
 _SERIAL = itertools.count()
 
 
@@ -174,12 +203,8 @@ def _function_name(fn: Callable[..., Any]) -> str:
 
 def slow_template(fn: Callable[..., Any], form: Form) -> Template:
     """Code that takes the general path on every call: environment ``(token, slow)``."""
-    name = _function_name(fn)
     return _compile(
-        name,
-        form.params,
-        [f"return _fxenv[1]({form.args}, {form.kwargs})"],
-        f"effax.handle of {name}",
+        _function_name(fn), form.params, [f"return _fxenv[1]({form.args}, {form.kwargs})"]
     )
 
 
@@ -355,8 +380,7 @@ def template(
         lines.append(f"{''.join(f'{n}, ' for n in unpacked)}= _fxp")
     lines += writes
     lines.append("return _fxout")
-    name = _function_name(fn)
-    code = _compile(name, form.params, lines, f"effax.handle of {name}")
+    code = _compile(_function_name(fn), form.params, lines)
     return code._replace(constants=tuple(env))
 
 

@@ -175,7 +175,7 @@ def test_stacks_alternate_and_a_with_block_per_call(general_calls):
     assert general_calls[0] == 2
 
 
-def test_under_grad_and_vmap_of_effax():
+def test_under_effax_grad():
     def loss(w):
         return jnp.sum(fx.jit(step)(w) ** 2)
 
