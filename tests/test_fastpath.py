@@ -11,6 +11,7 @@ fast path is really taken, and that stacks and handlers are not kept alive.
 """
 
 import gc
+import linecache
 import threading
 import weakref
 
@@ -340,3 +341,30 @@ def test_same_program_as_the_general_path_bitwise():
         again = compiled(XS[1])  # a fresh stack, same state as the first call
     assert_bitwise_equal(again, first)
     assert np.all(np.isfinite(np.asarray(again)))
+
+
+def test_generated_code_is_shared_not_accumulated():
+    # Handled functions created in a loop (or inside traced bodies) share their
+    # generated code: neither compiled code nor its linecache source piles up.
+    def entries():
+        return sum(1 for name in linecache.cache if name.startswith("<effax.handle"))
+
+    def make(i):
+        def fn(x):
+            return step(x) * i
+
+        return fx.jit(fn)
+
+    make(0)  # the shapes of this test's code are compiled once
+    with handlers():
+        warm = [make(i) for i in range(3)]
+        for compiled in warm:
+            for x in XS[:3]:
+                compiled(x)
+    before = entries()
+    with handlers():
+        for i in range(50):
+            compiled = make(i)
+            for x in XS[:3]:
+                compiled(x)
+    assert entries() == before
