@@ -154,8 +154,7 @@ WRITE_LEAK_EXPLANATION = (
 OWN_WRITE_LEAK = (
     "Writing a traced value to {effect!r}, whose handler was passed to effax.handle "
     "and lives outside the JAX transformation (jax.grad, jax.vmap, ...) around this "
-    "call, so storing "
-    "the value would leak a tracer out of it. No effax wrapper can carry a handler "
-    "that only the handled function knows: install it around the transformation "
-    "instead (`with handler: effax.grad(fn)(x)`), or create it inside."
+    "call, so storing the value would leak a tracer out of it. No effax wrapper can "
+    "carry a handler that only the handled function knows: install it around the "
+    "transformation instead (`with handler: effax.grad(fn)(x)`), or create it inside."
 )

@@ -516,13 +516,14 @@ class _Handled:
                 self.row[effect] = None
 
     def call_eagerly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        handlers = self.handlers(_context.current_stack())
+        stack = _context.current_stack()
+        handlers = self.handlers(stack)
         plan, dynamic = export_all(handlers)
         used: set[Effect[Any]] = set()
         out, inner = run_inside(plan, dynamic, self.fn, args, kwargs, track=used)
         results = outcomes_of(plan, dynamic, inner, carry_required=False)
         self.note_performed(plan, used)
-        _check_writes(handlers, results, _outer_homes(_context.current_stack(), handlers))
+        _check_writes(handlers, results, _outer_homes(stack, handlers))
         for handler, result in zip(handlers, results, strict=True):
             handler.absorb(result, steps=1)
         return out
@@ -542,8 +543,7 @@ class _Handled:
             # to handlers of the same kinds, the generated code serves it as it is
             # (it checks static exports itself); only its environment is new.
             handlers = tuple(self.handlers(stack))
-            kinds = tuple((h.effect, type(h), h.fields) for h in handlers)
-            if kinds == path.kinds and not any(_outer_homes(stack, handlers)):
+            if _kinds(handlers) == path.kinds and not any(_outer_homes(stack, handlers)):
                 return self.bind(stack, path, handlers).fn(*args, **kwargs)
         return self.call_slowly(args, kwargs)
 
@@ -601,7 +601,8 @@ class _Handled:
         """Give this stack and trace the generated call path of `record`, for the
         layout of `outputs`, and make it the entry's code."""
         node = None if type(outputs) is tuple else outputs[-1]
-        fields = tuple(h.fields for h in handlers)
+        kinds = _kinds(handlers)
+        fields = tuple(f for _, _, f in kinds)
         code = record.templates.get((node, fields))
         if code is None:
             code = record.templates[node, fields] = template(
@@ -621,7 +622,6 @@ class _Handled:
             self.install(_context.current_stack(), record, hs, result[1])
             return result[0]
 
-        kinds = tuple((h.effect, type(h), f) for h, f in zip(handlers, fields, strict=True))
         assert self.row is not None
         self.path = _Path(len(self.row), kinds, code, (record.fn, self.call_slowly, mismatch, node))
         self.bind(stack, self.path, handlers)
@@ -654,13 +654,18 @@ class _Handled:
         self.entry.__code__ = code.code
 
 
+def _kinds(handlers: Sequence[Handler[Any]]) -> tuple[tuple[Effect[Any], type, Any], ...]:
+    """What generated code depends on in the handlers: effect, class and fields."""
+    return tuple((h.effect, type(h), h.fields) for h in handlers)
+
+
 class _Path(NamedTuple):
     """The generated call path last installed, for any stack with handlers of the
     same `kinds` (effect, class, fields), while the row keeps its length `row`:
     its code and the objects it calls (compiled function, retry, mismatch, node)."""
 
     row: int
-    kinds: tuple[tuple[Effect[Any], type[Handler[Any]], Any], ...]
+    kinds: tuple[tuple[Effect[Any], type, Any], ...]
     code: Template
     call: tuple[Any, ...]
 
