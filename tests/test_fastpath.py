@@ -188,6 +188,44 @@ def test_under_effax_grad():
     assert_transparent(run_grad(loss), run_grad(lambda w: jnp.sum(step(w) ** 2)))
 
 
+def test_inside_effax_scan(general_calls):
+    # The body calls the handled function three times: the second call installs
+    # the generated code, the third runs it, under the scan's trace.
+    def loop(f):
+        def go(c, x):
+            for _ in range(3):
+                c = c + jnp.sum(f(x))
+            return c, c
+
+        with handlers() as hs:
+            out = fx.scan(go, jnp.float32(0), jnp.stack(XS[:4]))
+        return out, final(hs)
+
+    compiled = fx.jit(step)
+    assert_transparent(loop(compiled), loop(step))
+    assert general_calls[0] == 2  # the third call inside the body took the fast path
+
+
+def test_inside_effax_vmap():
+    # Per element: an Ask, split keys and emits; the handled call runs three times.
+    def per_example(f):
+        def go(x):
+            return f(x) + f(x) + f(x)
+
+        return go
+
+    def noisy(x):
+        log.emit(jnp.max(x))
+        return x * scale.ask() + jax.random.normal(noise.next_key(), x.shape)
+
+    def run_vmap(f):
+        with handlers() as hs:
+            out = [fx.vmap(per_example(f))(jnp.stack(XS[:4])) for _ in range(2)]
+        return out, final(hs)
+
+    assert_transparent(run_vmap(fx.jit(noisy)), run_vmap(noisy))
+
+
 @attrs.define(eq=False)
 class Tally(fx.Handler["Counter"]):
     """A user-defined handler on fields: the generated code inlines it."""
