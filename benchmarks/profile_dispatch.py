@@ -12,7 +12,7 @@ Prints, interleaved and paired like the suite:
   and output structure costs inside JAX's dispatch;
 - a cProfile of effax's calls (case 1, then case 3), sorted by own time;
 - the code effax generated for case 1's calls (what runs on every call once the
-  handled function is warm; see effax/_fastcall.py).
+  handled function is warm; see effax/_warmpath.py).
 
 Not a benchmark (nothing here has a target); a tool for whoever optimises
 ``effax.handle``.

@@ -1,6 +1,6 @@
 """The effax benchmark suite: every case, side by side, in one run.
 
-Run: python benchmarks/run.py [--quick] [--out DIR] [--cases 1-3 4 5 6]
+Run: python benchmarks/run.py [--quick] [--out DIR] [--cases 1-3 4 5 6 7]
 
 Cases (see each module's docstring):
 
@@ -11,6 +11,8 @@ Cases (see each module's docstring):
 - 5 ``bench_eager.py``: eager ``ask``, ``get``/``set``, ``next_key``, ``emit``.
 - 6 ``bench_peers.py``: one small model trained in effax, hand-plumbed JAX, Flax
   NNX, Haiku, Equinox and NumPyro (the peers are optional: ``effax[bench]``).
+- 7 ``bench_first_call.py``: the first call (trace, lower, compile, run) of a
+  compiled step with 100 unrelated handlers installed.
 
 Prints a table of medians and ratios (contender / baseline, lower is better) and
 writes ``results.json``, ``results.md`` and ``results.png`` (if matplotlib is
@@ -37,6 +39,7 @@ import _harness as h
 import bench_compile
 import bench_dispatch
 import bench_eager
+import bench_first_call
 import bench_peers
 import jax
 
@@ -47,6 +50,7 @@ CASES: dict[str, tuple[str, Callable[[list[str]], dict[str, Any]]]] = {
     "4": ("compile", bench_compile.main),
     "5": ("eager", bench_eager.main),
     "6": ("peers", bench_peers.main),
+    "7": ("first_call", bench_first_call.main),
 }
 
 
@@ -142,7 +146,7 @@ def chart(results: dict[str, Any], path: pathlib.Path) -> str | None:
     except ImportError as exc:
         return f"no chart: {exc}"
     rows = results["rows"]
-    ratios = [r for r in rows if r["case"] in ("1", "2", "3", "4")][::-1]
+    ratios = [r for r in rows if r["case"] in ("1", "2", "3", "4", "7")][::-1]
     eager = [r for r in rows if r["case"] == "5"][::-1]
     peers = [r for r in rows if r["case"] == "6" and not math.isnan(r["value"])][::-1]
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.5), width_ratios=(5, 3, 3))

@@ -3,6 +3,7 @@
 import importlib.metadata
 
 from . import random as random
+from ._callpath import handle as handle, jit as jit
 from ._context import JitAwareContextVar as JitAwareContextVar
 from ._control import (
     cond as cond,
@@ -38,11 +39,7 @@ from ._errors import (
     UndeclaredEffectError as UndeclaredEffectError,
     UnhandledEffectError as UnhandledEffectError,
 )
-from ._handle import (
-    handle as handle,
-    jit as jit,
-    plumb_and_transform as plumb_and_transform,
-)
+from ._plumb import plumb_and_transform as plumb_and_transform
 from ._transforms import (
     checkpoint as checkpoint,
     grad as grad,

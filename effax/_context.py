@@ -137,9 +137,24 @@ Entry = tuple["Handler[Any]", _trace.TraceRef]
 class Stack(dict["Effect[Any]", Entry]):
     """An installed set of handlers: effect -> (handler, trace ref). Never mutated
     after it is installed, so what is derived from it can be cached against it (by
-    weak reference, for as long as the stack itself lives)."""
+    weak reference, for as long as the stack itself lives).
 
-    __slots__ = ("__weakref__",)
+    `recorders` are the lookup records of the compiled calls being traced around
+    this point (innermost last): a lookup that finds no usable handler (none
+    installed, a `Blocked` marker, a handler behind a staging trace) is noted in
+    each, since every enclosing trace baked that outcome in.
+    """
+
+    __slots__ = ("__weakref__", "recorders")
+
+    def __init__(
+        self,
+        entries: Mapping[Effect[Any], Entry] | None = None,
+        *,
+        recorders: tuple[set[Effect[Any]], ...] = (),
+    ) -> None:
+        super().__init__(entries or {})
+        self.recorders = recorders
 
 
 _EMPTY = Stack()
@@ -153,17 +168,26 @@ current_stack = _STACK.get
 def push(handlers: tuple[Handler[Any], ...]) -> contextvars.Token[Stack]:
     """Install `handlers` (later ones innermost) at the current trace."""
     ref = _trace.current_trace_ref()
-    stack = Stack(_STACK.get())
-    for handler in handlers:
-        stack[handler.effect] = (handler, ref)
-    return _STACK.set(stack)
+    return push_entries({handler.effect: (handler, ref) for handler in handlers})
 
 
-def push_entries(entries: Mapping[Effect[Any], Entry]) -> contextvars.Token[Stack]:
-    """Install pre-built entries (used to mark effects during a trace)."""
-    stack = Stack(_STACK.get())
+def push_entries(
+    entries: Mapping[Effect[Any], Entry], *, recorder: set[Effect[Any]] | None = None
+) -> contextvars.Token[Stack]:
+    """Install pre-built entries (used to mark effects during a trace); with
+    `recorder`, also note failed lookups below this point into it."""
+    outer = _STACK.get()
+    recorders = outer.recorders if recorder is None else (*outer.recorders, recorder)
+    stack = Stack(outer, recorders=recorders)
     stack.update(entries)
     return _STACK.set(stack)
+
+
+def note_missing(effect: Effect[Any]) -> None:
+    """Tell the traces being recorded that a lookup of `effect` found no usable
+    handler (their programs depend on that staying so)."""
+    for recorder in _STACK.get().recorders:
+        recorder.add(effect)
 
 
 def pop(token: contextvars.Token[Stack]) -> None:

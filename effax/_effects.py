@@ -417,31 +417,6 @@ class Blocked(abc.ABC):
         """Raise the exception for performing `effect` here."""
 
 
-class Replumb(Blocked):
-    """A handler visible around a traced call but not plumbed into it: performing
-    its effect raises `NeedsEffect` so that the call retries with it plumbed in."""
-
-    __slots__ = ("owner",)
-
-    def __init__(self, owner: object) -> None:
-        self.owner = owner
-
-    def raise_for(self, effect: Effect[Any]) -> NoReturn:
-        raise NeedsEffect(effect, self.owner)
-
-
-class NeedsEffect(BaseException):
-    """Internal: a traced region performed an outer effect it had not plumbed in.
-
-    A `BaseException` so that user code's ``except Exception`` cannot swallow it.
-    """
-
-    def __init__(self, effect: Effect[Any], owner: object) -> None:
-        super().__init__(effect)
-        self.effect = effect
-        self.owner = owner
-
-
 class Effect(Generic[H]):
     """Base class of effect declarations; effects are compared by identity.
 
@@ -480,6 +455,7 @@ class Effect(Generic[H]):
         """
         entry = _context.current_stack().get(self)
         if entry is None:
+            _context.note_missing(self)
             raise UnhandledEffectError(
                 f"{self!r} was performed with no handler installed. Install one around "
                 f"the call, e.g. `with {self.handler_hint}: ...` or "
@@ -492,6 +468,7 @@ class Effect(Generic[H]):
 
     def _check_entry(self, ref: Any) -> None:
         if isinstance(ref, Blocked):
+            _context.note_missing(self)
             ref.raise_for(self)
         if type(ref) is _Marker:
             ref.used.add(self)
@@ -501,6 +478,7 @@ class Effect(Generic[H]):
         reach = _trace.reachability(ref)
         if reach == "ok":
             return
+        _context.note_missing(self)
         api = _trace.innermost_staging_api()
         if reach == "staged":
             where = f"inside {api[0]}" if api else "inside a staging JAX transformation"

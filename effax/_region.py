@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _context, _trace
-from ._effects import BatchPolicy, Blocked, Effect, Handler, Outcome, Replumb, _Marker
+from ._effects import BatchPolicy, Blocked, Effect, Handler, Outcome, _Marker
 from ._errors import StateTypeError
 
 __all__ = [
@@ -127,31 +127,26 @@ def run_inside(
     kwargs: dict[str, Any],
     *,
     track: set[Effect[Any]] | None = None,
-    replumb: Iterable[Effect[Any]] = (),
-    owner: object = None,
+    standins: Sequence[Handler[Any]] = (),
+    recorder: set[Effect[Any]] | None = None,
 ) -> tuple[R, list[Handler[Any]]]:
     """Rebuild the plumbed handlers inside a region, run `fn` under them.
 
     Returns `fn`'s result and the inner handlers. With `track`, the inner handlers
-    record into it which of them were performed; effects in `replumb` (visible
-    outside but not plumbed) raise `NeedsEffect` when performed.
+    (and the `standins`: handlers visible outside but not plumbed, rebuilt from
+    their current values so that performing them changes nothing outside) record
+    into it which of them were performed; with `recorder`, lookups that find no
+    usable handler are recorded there.
     """
     inner = tuple(
         cls.rebuild(effect, static, const, carry)
         for (effect, cls, static), (const, carry) in zip(plan, dynamic, strict=True)
     )
-    stack = _context.current_stack()
-    entries: dict[Effect[Any], _context.Entry] = {}
-    if replumb:
-        marker = Replumb(owner)
-        for effect in replumb:
-            entries[effect] = (stack[effect][0], marker)
     ref = (
         _trace.current_trace_ref() if track is None else _Marker(_trace.current_trace_ref(), track)
     )
-    for handler in inner:
-        entries[handler.effect] = (handler, ref)
-    token = _context.push_entries(entries)
+    entries = {handler.effect: (handler, ref) for handler in (*standins, *inner)}
+    token = _context.push_entries(entries, recorder=recorder)
     try:
         out = fn(*args, **kwargs)
     finally:
@@ -218,6 +213,13 @@ class Region:
         self.consts = [e.const for e in exports]
         self.carries = [_strong(e.carry) for e in exports]
         self.used: set[Effect[Any]] = set()
+        if policy is not None:
+            # A handler that absorbs a batched region its own way (a key stream
+            # draws the key it splits) is changed by the region whether or not the
+            # body performs it: the region performs it.
+            self.used.update(
+                h.effect for h in self.handlers if type(h).batch_absorb is not Handler.batch_absorb
+            )
 
     def run(
         self,

@@ -18,8 +18,9 @@ Checked on jax 0.10.2 (Python 3.11) and 0.12.0.1 (Python 3.12).
 
 from __future__ import annotations
 
+import inspect
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Literal
 
 import jax
@@ -35,7 +36,10 @@ __all__ = [
     "current_trace_ref",
     "foreign_tracers",
     "innermost_staging_api",
+    "jit_factory_options",
+    "prune",
     "reachability",
+    "stagings_between",
     "trace_state",
 ]
 
@@ -93,6 +97,18 @@ def reachability(set_ref: TraceRef) -> Reach:
             staged = True
         trace = getattr(trace, "parent_trace", None)
     return "detached"
+
+
+def stagings_between(set_ref: TraceRef) -> int | None:
+    """How many staging traces lie between the current trace (inclusive) and the
+    trace of ``set_ref`` (exclusive), or None if that trace is not an ancestor."""
+    count = 0
+    for trace in _ancestors(_trace_ctx.trace):
+        if trace._weakref is set_ref:
+            return count
+        if isinstance(trace, _Staging):
+            count += 1
+    return None
 
 
 def _ancestors(trace: Trace) -> Iterable[Trace]:
@@ -169,6 +185,62 @@ def innermost_staging_api() -> tuple[str, str] | None:
     return found
 
 
+def prune(
+    closed_jaxpr: Any, used_outputs: Sequence[bool]
+) -> tuple[Callable[..., list[Any]], list[bool]]:
+    """Dead-code elimination of a traced program (``jax.jit(f).trace(...).jaxpr``).
+
+    Returns a function evaluating only the equations that `used_outputs` need (its
+    arguments: the inputs that are still used; its results: the used outputs) and,
+    for each input, whether it is used.
+    """
+    jaxpr, consts = closed_jaxpr.jaxpr, closed_jaxpr.consts
+    pruned, used_inputs = _pe.dce_jaxpr(jaxpr, list(used_outputs))
+
+    def evaluate(*args: Any) -> list[Any]:
+        return _core.eval_jaxpr(pruned, consts, *args)
+
+    return evaluate, list(used_inputs)
+
+
+def jit_factory_options(transform: Callable[..., Any]) -> dict[str, Any] | None:
+    """The options of ``jax.jit(**options)`` called without a function, or None.
+
+    ``jax.jit(static_argnums=1)`` returns a decorator (a lambda in ``jax._src.api``)
+    that keeps its options in a closure variable, ``kwds``, with every option at
+    its default unless given. Returns the options that differ from ``jax.jit``'s
+    defaults, so that effax can apply them to the function it wraps.
+    """
+    if (
+        getattr(transform, "__module__", None) != jax.jit.__module__
+        or getattr(transform, "__qualname__", None) != "jit.<locals>.<lambda>"
+    ):
+        return None
+    code, closure = getattr(transform, "__code__", None), getattr(transform, "__closure__", None)
+    if code is None or closure is None:
+        return None
+    kwds = dict(zip(code.co_freevars, (c.cell_contents for c in closure), strict=True)).get("kwds")
+    if not isinstance(kwds, dict):
+        return None
+    # Only jax.jit's public options; internal ones (e.g. `use_resource_env`) are
+    # what jax.jit(fun, **options) sets by itself.
+    defaults = inspect.signature(jax.jit).parameters
+    return {
+        name: value
+        for name, value in kwds.items()
+        if name in defaults and not _same(value, defaults[name].default)
+    }
+
+
+def _same(value: Any, default: Any) -> bool:
+    if value is default:
+        return True
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except Exception:  # pragma: no cover - an option with an odd __eq__
+        return False
+
+
 # --- self-test --------------------------------------------------------------------
 
 
@@ -202,6 +274,8 @@ def _self_test() -> None:
     }
     if _trace_ctx.trace._weakref is not root:
         seen["trace_state"] = "detached"  # the cheap identity key is not the trace's
+    if jit_factory_options(jax.jit(static_argnums=1)) != {"static_argnums": 1}:
+        seen["jit_factory"] = "detached"  # jax.jit(**options) keeps them elsewhere
     if seen != expected or reachability(root) != "ok":
         raise EffaxInternalsError(
             f"effax cannot classify JAX traces with the installed jax {jax.__version__} "

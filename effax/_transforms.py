@@ -17,9 +17,9 @@ import jax
 from jax.sharding import PartitionSpec
 
 from . import _trace
+from ._callpath import handle
 from ._effects import BatchPolicy, Outcome
 from ._errors import EffectLeakError
-from ._handle import handle
 from ._region import Region
 
 __all__ = ["checkpoint", "grad", "shard_map", "value_and_grad", "vmap"]

@@ -78,6 +78,15 @@ def test_bench_compile_quick(benchmarks_on_path):
             assert all(s[k] > 0 for s in stages for k in ("trace", "lower", "compile", "total"))
 
 
+@pytest.mark.counts_compiles
+def test_bench_first_call_quick(benchmarks_on_path):
+    results = load("bench_first_call").main(["--quick"])
+    check_rows(results["rows"], {"7"})
+    assert results["agree"]
+    # one trace of the body and one XLA compile for each, 100 unrelated handlers or not
+    assert results["counts"] == {"effax": (1, 1), "hand": (1, 1)}
+
+
 def test_bench_eager_quick(benchmarks_on_path):
     results = load("bench_eager").main(["--quick"])
     check_rows(results["rows"], {"5"})

@@ -1,4 +1,4 @@
-"""The generated per-call path of a compiled handled function (effax/_fastcall.py).
+"""The generated per-call path of a compiled handled function (effax/_warmpath.py).
 
 After its first calls, `effax.handle(fn, transform=jax.jit)` runs generated code
 that reads and writes the handlers' fields directly. These tests check that it
@@ -23,7 +23,7 @@ import pytest
 from helpers import assert_bitwise_equal, assert_transparent
 
 import effax as fx
-from effax import _handle
+from effax import _callpath
 
 scale = fx.Ask[jax.Array]("scale")
 mode = fx.Ask[str]("mode", static=True)
@@ -64,13 +64,13 @@ def run(fn, xs):
 def general_calls(monkeypatch):
     """How many calls took `handle`'s general path."""
     count = [0]
-    original = _handle._Handled.call_slowly
+    original = _callpath._Handled.call
 
     def counted(self, args, kwargs):
         count[0] += 1
         return original(self, args, kwargs)
 
-    monkeypatch.setattr(_handle._Handled, "call_slowly", counted)
+    monkeypatch.setattr(_callpath._Handled, "call", counted)
     return count
 
 
@@ -80,9 +80,9 @@ XS = [jnp.linspace(-1.0, 1.0, 4) * i for i in range(6)]
 def test_fast_path_is_taken_and_computes_what_eager_does(general_calls):
     compiled = fx.jit(step)
     assert_transparent(run(compiled, XS), run(step, XS))
-    # the first call plumbs everything and narrows the row; the second installs
-    assert general_calls[0] == 2
-    ours = run(compiled, XS)  # a new stack of the same kinds: no general path
+    # the first call learns the row, runs the program and binds the warm path
+    assert general_calls[0] == 1
+    ours = run(compiled, XS)  # a new stack of the same kinds: one general call
     assert general_calls[0] == 2
     assert_transparent(ours, run(step, XS))
 
@@ -157,7 +157,8 @@ def test_retrace_that_performs_another_effect():
 
 
 def test_stacks_alternate_and_a_with_block_per_call(general_calls):
-    compiled = fx.jit(step)
+    traces = []
+    compiled = fx.jit(lambda x: (traces.append(x.shape), step(x))[1])
 
     def go(fn):
         out = []
@@ -171,9 +172,11 @@ def test_stacks_alternate_and_a_with_block_per_call(general_calls):
         return out, final(outer), final(inner)
 
     assert_transparent(go(compiled), go(step))
-    # Two general calls to warm up (the first plumbs everything and narrows the
-    # row, the second installs); then every stack, old or new, takes the fast path.
-    assert general_calls[0] == 2
+    # One general call per stack: the first call learns the row and binds the warm
+    # path; each new stack binds its own; going back to a stack takes its warm
+    # path at once. One trace in all.
+    assert general_calls[0] == 1 + len(XS)
+    assert traces == [XS[0].shape]
 
 
 def test_under_effax_grad():
@@ -189,8 +192,8 @@ def test_under_effax_grad():
 
 
 def test_inside_effax_scan(general_calls):
-    # The body calls the handled function three times: the second call installs
-    # the generated code, the third runs it, under the scan's trace.
+    # The body calls the handled function three times: the first binds the warm
+    # path, the next two run it, under the scan's trace.
     def loop(f):
         def go(c, x):
             for _ in range(3):
@@ -203,7 +206,7 @@ def test_inside_effax_scan(general_calls):
 
     compiled = fx.jit(step)
     assert_transparent(loop(compiled), loop(step))
-    assert general_calls[0] == 2  # the third call inside the body took the fast path
+    assert general_calls[0] == 1  # the later calls inside the body took the warm path
 
 
 def test_inside_effax_vmap():

@@ -2,11 +2,18 @@
 
 Hypothesis generates programs: sequences of ask / get / set / modify / next_key /
 emit, nested State handlers, and sub-programs nested in `effax.handle` (compiled
-with jax.jit), `effax.scan`, `effax.cond` and `effax.vmap`. Each program runs twice
-under the same handlers: once as plain Python (loops, if/else, a loop over the
-batch with split keys), once compiled with `effax.jit` over the effax wrappers.
+with jax.jit), `effax.scan`, `effax.cond` and `effax.vmap`; and the patterns that
+make a compiled program depend on its environment: optional effects (an `ask` or
+an `emit` in try/except, for a handler that is installed in some environments
+only), a `State` and an `Ask` whose value is None in some environments, a static
+`Ask` whose value is ``1``, ``1.0`` or ``True``, and effects performed only for
+some input shapes.
+
+Each program is compiled once with `effax.jit` (over the effax wrappers) and run
+in a generated sequence of environments, each time against plain Python (loops,
+if/else, a loop over the batch with split keys) under the same handlers.
 Outputs, final states, emitted values, key counters and the next key drawn must
-agree (keys bit for bit).
+agree (keys bit for bit), in every environment.
 
 Profiles: ``ci`` (default, 500 programs, derandomized so every run checks the same
 ones), ``ci-small`` (100 programs, for the second JAX version in the test command)
@@ -48,11 +55,24 @@ A = fx.Ask[jax.Array]("a")
 S = fx.State[jax.Array]("s")
 K = fx.RandomKey("k")
 E = fx.Emit[jax.Array]("e")
+# installed in some environments only, or holding None in some
+OPTIONAL = fx.Ask[jax.Array]("optional")
+OPTIONAL_LOG = fx.Emit[jax.Array]("optional_log")
+MAYBE_NONE = fx.State[jax.Array | None]("maybe_none")
+MAYBE_NONE_ASK = fx.Ask[jax.Array | None]("maybe_none_ask")
+STATIC = fx.Ask[int | float | bool]("static", static=True)
 
 COEFFICIENTS = st.sampled_from([0.5, -1.0, 1.5])
 READS = [st.tuples(st.just("ask")), st.tuples(st.just("get")), st.tuples(st.just("key"))]
 WRITES = [st.tuples(st.just("set"), COEFFICIENTS), st.tuples(st.just("modify"), COEFFICIENTS)]
 EMIT = [st.tuples(st.just("emit"))]
+# performs that depend on the environment (not inside cond or vmap bodies)
+ENVIRONMENT = [
+    st.tuples(st.just("optional_ask")),
+    st.tuples(st.just("optional_emit")),
+    st.tuples(st.just("maybe_none")),
+    st.tuples(st.just("static")),
+]
 
 
 def flat(*groups):
@@ -70,18 +90,32 @@ def extend(children):
         st.tuples(st.just("with_state"), children),
         st.tuples(st.just("cond"), flat(READS, WRITES), flat(READS, WRITES)),
         st.tuples(st.just("vmap"), flat(READS)),
+        st.tuples(st.just("wide_only"), children),
     )
 
 
 OP = st.recursive(
-    st.one_of(*READS, *WRITES, *EMIT),
+    st.one_of(*READS, *WRITES, *EMIT, *ENVIRONMENT),
     lambda children: extend(st.lists(children, min_size=1, max_size=4)),
     max_leaves=8,
 )
 PROGRAMS = st.lists(OP, min_size=1, max_size=6)
+# An environment: (OPTIONAL provided, OPTIONAL_LOG collected, MAYBE_NONE and
+# MAYBE_NONE_ASK hold None, STATIC's value, width of the program's second input).
+ENVIRONMENTS = st.lists(
+    st.tuples(
+        st.booleans(),
+        st.booleans(),
+        st.booleans(),
+        st.sampled_from([1, 1.0, True]),
+        st.sampled_from([1, 2]),
+    ),
+    min_size=2,
+    max_size=3,
+)
 
 
-def run(ops, acc, compiled):
+def run(ops, acc, compiled, width):
     for op in ops:
         kind = op[0]
         if kind == "ask":
@@ -96,82 +130,128 @@ def run(ops, acc, compiled):
             acc = acc + jax.random.uniform(K.next_key())
         elif kind == "emit":
             E.emit(acc)
+        elif kind == "optional_ask":
+            try:
+                acc = acc + OPTIONAL.ask()
+            except fx.UnhandledEffectError:
+                acc = acc + 3.0
+        elif kind == "optional_emit":
+            try:  # noqa: SIM105 - the pattern users write
+                OPTIONAL_LOG.emit(acc)
+            except fx.UnhandledEffectError:
+                pass
+        elif kind == "maybe_none":
+            for value in (MAYBE_NONE.get(), MAYBE_NONE_ASK.ask()):
+                acc = acc + (0.5 if value is None else value)
+        elif kind == "static":
+            E.emit(jnp.asarray(STATIC.ask()))  # int32, float32 or bool
+        elif kind == "wide_only":  # performs only for some input shapes
+            if width == 2:
+                acc = run(op[1], acc, compiled, width)
         elif kind == "handle":
             body = op[1]
-            f = lambda a, body=body: run(body, a, compiled)
+            f = lambda a, body=body: run(body, a, compiled, width)
             acc = fx.handle(f, transform=jax.jit)(acc) if compiled else f(acc)
         elif kind == "scan":
-            acc = run_scan(op[1], op[2], acc, compiled)
+            acc = run_scan(op[1], op[2], acc, compiled, width)
         elif kind == "with_state":
             with S.init(acc) as cell:
-                acc = run(op[1], acc, compiled)
+                acc = run(op[1], acc, compiled, width)
             acc = acc + cell.value
         elif kind == "cond":
             a, b = op[1], op[2]
             if compiled:
                 acc = fx.cond(
                     acc > 0,
-                    lambda c, a=a: run(a, c, compiled),
-                    lambda c, b=b: run(b, c, compiled),
+                    lambda c, a=a: run(a, c, compiled, width),
+                    lambda c, b=b: run(b, c, compiled, width),
                     acc,
                 )
             else:
-                acc = run(a, acc, compiled) if acc > 0 else run(b, acc, compiled)
+                acc = run(a, acc, compiled, width) if acc > 0 else run(b, acc, compiled, width)
         elif kind == "vmap":
-            acc = run_vmap(op[1], acc, compiled)
+            acc = run_vmap(op[1], acc, compiled, width)
     return acc
 
 
-def run_scan(n, body, acc, compiled):
+def run_scan(n, body, acc, compiled, width):
     if compiled:
-        acc, _ = fx.scan(lambda c, _: (run(body, c, compiled), None), acc, None, length=n)
+        step = lambda c, _: (run(body, c, compiled, width), None)
+        acc, _ = fx.scan(step, acc, None, length=n)
         return acc
-    # A Python loop; each emit site's values are stacked per step, as effax.scan does.
-    with E.collect() as inner:
+    # A Python loop; each emit site's values are stacked per step, as effax.scan does
+    # (for every collector installed around the loop).
+    collected = [e for e in (E, OPTIONAL_LOG) if installed(e)]
+    with fx.handlers(*(e.collect() for e in collected)) as inner:
         for _ in range(n):
-            acc = run(body, acc, compiled)
-    per_step = len(inner.values) // n
-    for site in range(per_step):
-        E.emit(jnp.stack(inner.values[site::per_step]))
+            acc = run(body, acc, compiled, width)
+    for effect in collected:
+        values = inner[effect]
+        per_step = len(values) // n
+        for site in range(per_step):
+            effect.emit(jnp.stack(values[site::per_step]))
     return acc
 
 
-def run_vmap(body, acc, compiled):
+def installed(effect):
+    try:
+        effect.handler()
+    except fx.UnhandledEffectError:
+        return False
+    return True
+
+
+def run_vmap(body, acc, compiled, width):
     xs = acc + jnp.arange(3.0)
     if compiled:
-        return jnp.sum(fx.vmap(lambda x: run(body, x, compiled))(xs))
+        return jnp.sum(fx.vmap(lambda x: run(body, x, compiled, width))(xs))
     # keys="split": one key from the stream; element b draws from fold_in(key, b).
     key = K.next_key()
     ys = []
     for b, x in enumerate(xs):
         with K.seed(jax.random.fold_in(key, b)):
-            ys.append(run(body, x, compiled))
+            ys.append(run(body, x, compiled, width))
     return jnp.sum(jnp.stack(ys))
 
 
-def outcome(ops, compiled):
-    with fx.handlers(
-        A.provide(jnp.float32(0.5)), S.init(jnp.float32(1)), K.seed(0), E.collect()
-    ) as hs:
-        f = lambda x: run(ops, x, compiled)
-        out = fx.jit(f)(jnp.float32(0.25)) if compiled else f(jnp.float32(0.25))
+def outcome(program, environment):
+    """Run `program` (a function of two inputs) under the handlers of `environment`."""
+    optional, collect, none, static, width = environment
+    handlers = [
+        A.provide(jnp.float32(0.5)),
+        S.init(jnp.float32(1)),
+        K.seed(0),
+        E.collect(),
+        MAYBE_NONE.init(None if none else jnp.float32(2)),
+        MAYBE_NONE_ASK.provide(None if none else jnp.float32(4)),
+        STATIC.provide(static),
+    ]
+    if optional:
+        handlers.append(OPTIONAL.provide(jnp.float32(30)))
+    if collect:
+        handlers.append(OPTIONAL_LOG.collect())
+    with fx.handlers(*handlers) as hs:
+        out = program(jnp.float32(0.25), jnp.zeros(width))
         next_key = K.next_key()
-    return out, hs[S], int(hs[K].counter), next_key, hs[E]
+    emitted = hs[OPTIONAL_LOG] if collect else None
+    return out, hs[S], hs[MAYBE_NONE], int(hs[K].counter), next_key, hs[E], emitted
 
 
 checked = []
 
 
 @settings(settings.get_profile(PROFILE))
-@given(PROGRAMS)
-def test_compiled_program_matches_eager(ops):
-    eager = outcome(ops, compiled=False)
-    compiled = outcome(ops, compiled=True)
-    assert compiled[2] == eager[2]
-    assert_bitwise_equal(compiled[3], eager[3])
-    assert_transparent(
-        (compiled[0], compiled[1], compiled[4]), (eager[0], eager[1], eager[4]), rtol=1e-5
-    )
+@given(PROGRAMS, ENVIRONMENTS)
+def test_compiled_program_matches_eager(ops, environments):
+    eager = lambda x, pad: run(ops, x, False, pad.shape[0])
+    compiled = fx.jit(lambda x, pad: run(ops, x, True, pad.shape[0]))  # one for all
+    for environment in environments:
+        theirs = outcome(eager, environment)
+        ours = outcome(compiled, environment)
+        assert ours[3] == theirs[3], environment
+        assert_bitwise_equal(ours[4], theirs[4])
+        ours, theirs = ours[:3] + ours[5:], theirs[:3] + theirs[5:]
+        assert_transparent(ours, theirs, rtol=1e-5)
     checked.append(ops)
 
 

@@ -7,7 +7,6 @@
   its fix), threading state through a training loop, and refs.
 """
 
-import functools as ft
 import threading
 from typing import Any
 
@@ -236,16 +235,31 @@ def pure_func_main(x: jax.Array, base_key: jax.Array) -> jax.Array:
         return func_main(x)
 
 
-def plumb_rng_key_and_jit(func=None, **jit_kwargs):
-    """Jit `func`, drawing one key from the caller's stream to seed a stream inside."""
-    if func is None:
+# Copied verbatim from the tutorial (shared/seeds/jit-aware-context-variables.md),
+# with `plumb_and_transform` taken from effax: `jax.jit(**jit_kwargs)` is JAX's
+# decorator factory, whose options effax reads and maps onto `func`.
+plumb_and_transform = fx.plumb_and_transform
+
+# fmt: off
+_MISSING = object()
+
+# The depth of the key tree increases by 1 when entering a
+# function decorated with `plumb_rng_key_and_jit`
+
+
+def plumb_rng_key_and_jit(func=_MISSING, **jit_kwargs):
+    if func is _MISSING:
         return lambda func: plumb_rng_key_and_jit(func, **jit_kwargs)
-    return fx.plumb_and_transform(
+
+    return plumb_and_transform(
         callable_to_transform=func,
-        transform_to_apply=ft.partial(jax.jit, **jit_kwargs),
+        transform_to_apply=jax.jit(**jit_kwargs),
         compute_extra_input_before=get_next_key,
-        create_context_managers_after=lambda key: [set_keystream_on_enter(KeyStream(key))],
+        create_context_managers_after=lambda key: [
+            set_keystream_on_enter(KeyStream(key))
+        ],
     )
+# fmt: on
 
 
 BASE_KEYS = jax.random.split(jax.random.key(42), 4)
@@ -339,6 +353,17 @@ def test_bad_main_with_a_key_stream_outside_the_jit():
     stream = KeyStream(jax.random.key(42))
     with set_keystream_on_enter(stream), pytest.raises(LookupError, match=BOUNDARY):
         bad_main(jnp.float32(1.0))
+
+
+def test_plumb_rng_key_and_jit_verbatim_example():
+    # the tutorial's own example: the jitted main draws one key from the stream
+    bad_main = plumb_rng_key_and_jit(func_main)
+
+    with set_keystream_on_enter(KeyStream(jax.random.key(42))):
+        out = bad_main(jnp.array(1.0))
+    expected = pure_func_main(jnp.array(1.0), jax.random.fold_in(jax.random.key(42), 0))
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    np.testing.assert_allclose(out, -0.12656265, rtol=1e-6)  # the tutorial's printout
 
 
 def test_plumb_rng_key_and_jit():

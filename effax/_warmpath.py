@@ -1,28 +1,30 @@
-"""The per-call path of a compiled handled function, as generated straight-line code.
+"""The warm path of a compiled handled function: generated straight-line code.
 
-A call of ``effax.handle(fn, transform=jax.jit)`` must read every plumbed handler's
-export, call the compiled function, and absorb every outcome. Done through the
-protocol's methods, that is a few Python calls and two small objects per handler;
-on a ~10 us dispatch that alone is more than the 10% DESIGN principle 5 allows (and
-100 `State` handlers cost ~40 us). Measured on the dispatch loop, even forwarding
-``*args`` or a second Python frame costs a few percent. So the function `handle`
-returns is generated with `fn`'s own parameters, and once a compiled function has
-run under an installed handler stack, its code (``__code__``) is replaced by code
-written for that plan, and its one closure cell by the objects that code runs with
-for that stack and trace (its *environment*):
+A warm call of ``effax.handle(fn, transform=jax.jit)`` must check that its
+environment still holds, read every plumbed handler's inputs, call the compiled
+program and write the outcomes back. Done through the protocol's methods that is
+a few Python calls and two small objects per handler, more than the 10% of a
+``jax.jit`` dispatch DESIGN principle 5 allows (measured: ~1.5x on a 4-handler
+step, ~40 us for 100 `State` handlers; see benchmarks/profile_dispatch.py). So,
+once a program has run under a handler stack, the function `handle` returned runs
+code generated for that program, with the handlers it reads in its one closure
+cell (its *environment*, laid out by `HEAD`):
 
     def step(x):
         env = <cell>
         if env[0] is not TOKEN:               # an environment for other code
             return env[1]((x,), {})
-        (_, slow, stack, get_stack, trace_state, trace, fn, retry, mismatch, node,
-         h0, h1, h2, K1) = env
+        (_, dispatch, general, stack, get_stack, trace_state, trace, fn, retrace,
+         mismatch, node, h0, h1, h2, S0, T0, K1) = env
         if stack() is not get_stack() or trace_state.value is not trace:
-            return slow((x,), {})            # another stack or trace: general path
+            return dispatch((x,), {})        # another stack or trace
+        v0 = h0.provided                      # a static export: compared as jit does
+        if v0 is not S0 and (v0.__class__ is not T0 or v0 != S0):
+            return general((x,), {})
         try:
-            r = fn(h0.provided, h1.base_key, h1.counter, h2.value, x)
-        except NeedsEffect:                   # a retrace performed another effect
-            return retry((x,), {})
+            r = fn(h1.base_key, h1.counter, h2.value, x)
+        except retrace:                       # a retrace looked up another effect
+            return general((x,), {})
         out, p = r
         if p.__class__ is not tuple:          # a retrace with another output layout
             return mismatch((h0, h1, h2), r)
@@ -31,22 +33,24 @@ for that stack and trace (its *environment*):
         h2.value = c0
         return out
 
-What it reads and writes comes from each handler's `fields` (see `effax.Fields`),
-and only where the handler's class keeps the `export` / `absorb` that `Handler`
-derives from them; a handler that overrides either is called through the method.
+The same stack object means every lookup resolves as it did (a stack is never
+mutated); everything else (tree structure, shapes, dtypes, None-ness of the
+inputs) is checked by ``jax.jit``'s own cache. What is read and written comes
+from each handler's `fields` (see `effax.Fields`), where the handler's class keeps
+the `export` / `absorb` that `Handler` derives from them; otherwise the method is
+called.
 
 Two invariants keep this sound:
 
 - *Threads.* Code and environment are swapped one after the other, so another
   thread may run a new code with an old environment or the reverse. Every code
   checks that the environment is its own (its template's token) and every
-  environment carries the general path at index 1, so a mismatched pair takes the
-  general path, which is always correct. Each environment is also checked against
-  the stack and trace current in the calling thread.
+  environment carries the dispatcher at index 1, so a mismatched pair takes the
+  general path or another stack's warm path, each always correct.
 - *Garbage.* Code objects are not tracked by Python's cycle collector, so a code
-  object must not hold (as a constant) anything that leads back to the function:
-  such a cycle could never be freed. The only object constant is the token, a bare
-  `object()`; everything else lives in the closure cell, which the collector sees.
+  object must not hold (as a constant) anything that leads back to the function.
+  The only object constant is the token, a bare `object()`; everything else lives
+  in the closure cell, which the collector sees.
 """
 
 from __future__ import annotations
@@ -59,24 +63,24 @@ import types
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
-from ._effects import Fields, Handler, NeedsEffect, Outcome
+from ._effects import Fields, Handler, Outcome
 
-__all__ = [
-    "Form",
-    "Layout",
-    "Parts",
-    "Template",
-    "entry_form",
-    "environment",
-    "make_function",
-    "slow_template",
-    "template",
-]
+__all__ = ["HEAD", "Form", "Template", "entry_form", "environment", "make_function", "template"]
 
-# Per handler: whether its export's const and carry are passed in (in that order).
-Parts = tuple[tuple[bool, bool], ...]
-# Per handler: its outcome's static part, and whether a carry and values came out.
-Layout = tuple[tuple[Hashable, bool, bool], ...]
+# The environment's head, in order; the handlers and the template's constants follow.
+HEAD = (
+    "token",  # the template's token: this environment is for this code
+    "dispatch",  # ``dispatch(args, kwargs)``: another stack's warm path, or the general one
+    "general",  # the general path, ``general(args, kwargs)``
+    "stack",  # a weak reference to the handler stack the code was bound under
+    "get_stack",  # the current stack getter
+    "trace_state",  # `_trace.trace_state`: its `.value` is the current trace
+    "trace",  # the trace the code was bound under
+    "fn",  # the compiled program
+    "retrace",  # the exception a trace raises to be retried on the general path
+    "mismatch",  # ``mismatch(handlers, result)``: a retrace with another layout
+    "node",  # the layout node of the layout the code writes for (None: the first)
+)
 
 # Compiled into generated code as a string constant, then replaced by the
 # template's token (a bare object) with `code.replace(co_consts=...)`.
@@ -145,8 +149,8 @@ def entry_form(fn: Callable[..., Any]) -> Form:
 
 
 class Template(NamedTuple):
-    """Generated code and what its environment needs besides the handlers: its
-    `token` (environment slot 0) and `constants` (the environment's tail)."""
+    """Generated code and what its environment needs besides the head and the
+    handlers: its `token` (environment slot 0) and `constants` (the tail)."""
 
     code: types.CodeType
     token: object
@@ -194,17 +198,17 @@ _CODE: dict[str, tuple[types.CodeType, object]] = {}
 _SERIAL = itertools.count()
 
 
-def _function_name(fn: Callable[..., Any]) -> str:
+def function_name(fn: Callable[..., Any]) -> str:
     name = getattr(fn, "__name__", "")
     if isinstance(name, str) and _name(name) is not None and not name.startswith("_fx"):
         return name
     return "handled"
 
 
-def slow_template(fn: Callable[..., Any], form: Form) -> Template:
-    """Code that takes the general path on every call: environment ``(token, slow)``."""
+def general_template(fn: Callable[..., Any], form: Form) -> Template:
+    """Code that takes the general path on every call: environment ``(token, general)``."""
     return _compile(
-        _function_name(fn), form.params, [f"return _fxenv[1]({form.args}, {form.kwargs})"]
+        function_name(fn), form.params, [f"return _fxenv[1]({form.args}, {form.kwargs})"]
     )
 
 
@@ -240,26 +244,26 @@ def template(
     fn: Callable[..., Any],
     form: Form,
     handlers: Sequence[Handler[Any]],
-    statics: Sequence[Hashable],
-    parts: Parts,
-    layout: Layout,
+    statics: Sequence[Any],
+    layout: Sequence[tuple[Hashable, bool, bool]],
     *,
     first: bool,
     outer: bool,
 ) -> Template:
-    """Generate the specialised code of `fn`'s handled function for one plan.
+    """Generate the warm path of `fn`'s handled function for one program.
 
     `handlers` are a representative set (only their classes and fields are used);
-    `statics` and `parts` are the plan's; `layout` is the output layout to write
-    for: the first trace's (`first`: outputs come back as a tuple) or another one
-    (a list ending with the layout's static node). `outer`: whether the plan reads
-    handlers from the installed stack (if not, the code runs under any stack, and
-    only checks the trace). Run it in an `environment`.
+    `statics` are the program's static keys (``(type, value)`` or None, one per
+    handler); `layout` is the output layout to write for: the first trace's
+    (`first`: outputs come back as a tuple) or another one (a list ending with the
+    layout's static node). `outer`: whether the program depends on the installed
+    stack (if not, the code runs under any stack, and only checks the trace).
+    Run it in an `environment`.
     """
     # Every name the code uses is a local starting with `_fx` (which `entry_form`
     # keeps out of fn's parameters), builtins included.
-    env: list[Any] = [NeedsEffect, tuple]
-    env_names: list[str] = ["_fxNeedsEffect", "_fxtuple"]
+    env: list[Any] = [tuple]
+    env_names: list[str] = ["_fxtuple"]
 
     def constant(value: Any, name: str) -> str:
         env.append(value)
@@ -269,33 +273,25 @@ def template(
     body: list[str] = []
     checks: list[str] = []
     inputs: list[str] = []
-    for i, (handler, static, (has_const, has_carry)) in enumerate(
-        zip(handlers, statics, parts, strict=True)
-    ):
+    for i, (handler, static) in enumerate(zip(handlers, statics, strict=True)):
         h = f"_fxh{i}"
         f = _inline_fields(handler, "export")
-        if f is not None and (
-            (f.static is None and static is not None)
-            or (has_const and f.const is None)
-            or (has_carry and f.carry is None)
-        ):
-            f = None  # the fields do not say what the plan was built from
         static_expr: str | None
         if f is None:
             body.append(f"_fxe{i} = {h}.export()")
-            static_expr, const_expr, carry_expr = f"_fxe{i}[0]", f"_fxe{i}[1]", f"_fxe{i}[2]"
+            static_expr = f"_fxe{i}[0]"
+            inputs += [f"_fxe{i}[1]", f"_fxe{i}[2]"]
         else:
             static_expr = None if f.static is None else f"{h}.{f.static}"
-            const_expr, carry_expr = f"{h}.{f.const}", f"{h}.{f.carry}"
+            inputs += [f"{h}.{name}" for name in (f.const, f.carry) if name is not None]
         if static_expr is not None:
-            # compared by identity first: a handler's static export rarely changes
-            s = constant(static, f"_fxS{i}")
+            # compared by identity first (a static export rarely changes), then as
+            # jax.jit compares static arguments: same type and equal
+            value, kind = (None, type(None)) if static is None else (static[1], static[0])
+            s, t = constant(value, f"_fxS{i}"), constant(kind, f"_fxT{i}")
             body.append(f"_fxv{i} = {static_expr}")
-            checks.append(f"(_fxv{i} is not {s} and _fxv{i} != {s})")
-        if has_const:
-            inputs.append(const_expr)
-        if has_carry:
-            inputs.append(carry_expr)
+            v = f"_fxv{i}"
+            checks.append(f"({v} is not {s} and ({v}.__class__ is not {t} or {v} != {s}))")
 
     writes: list[str] = []
     n_parts = 0
@@ -311,7 +307,7 @@ def template(
         f = _inline_fields(handler, "absorb")
         if f is None:
             if static is not None or has_carry or has_values:
-                t = constant(static, f"_fxT{i}")
+                t = constant(static, f"_fxO{i}")
                 if "_fxOutcome" not in env_names:
                     constant(Outcome, "_fxOutcome")
                 writes.append(f"{h}.absorb(_fxOutcome({t}, {carry}, {values}), steps=1)")
@@ -326,20 +322,7 @@ def template(
             writes.append(f"{h}.{f.values}.extend({values})")
 
     handler_names = [f"_fxh{i}" for i in range(len(handlers))]
-    names = [
-        "_fxtoken0",
-        "_fxslow",
-        "_fxstack",
-        "_fxget",
-        "_fxts",
-        "_fxtrace",
-        "_fxfn",
-        "_fxretry",
-        "_fxmismatch",
-        "_fxnode",
-        *handler_names,
-        *env_names,
-    ]
+    names = [f"_fx{name}" for name in HEAD] + handler_names + env_names
     call_args = "".join(f"{a}, " for a in inputs)
     if form.names is None:
         # one tuple for all positional arguments: cheaper than ``f(a, b, *args)``
@@ -351,24 +334,24 @@ def template(
         ]
     else:
         call = [f"    _fxr = _fxfn({call_args}{''.join(f'{n}, ' for n in form.names)})"]
-    slow = f"({form.args}, {form.kwargs})"
+    general = f"_fxgeneral({form.args}, {form.kwargs})"
     lines = [
         "if _fxenv[0] is not _fxtoken:",
-        f"    return _fxenv[1]{slow}",
+        f"    return _fxenv[1]({form.args}, {form.kwargs})",
         f"({''.join(f'{n}, ' for n in names)}) = _fxenv",
-        "if _fxstack() is not _fxget() or _fxts.value is not _fxtrace:"
+        "if _fxstack() is not _fxget_stack() or _fxtrace_state.value is not _fxtrace:"
         if outer
-        else "if _fxts.value is not _fxtrace:",
-        f"    return _fxslow{slow}",
+        else "if _fxtrace_state.value is not _fxtrace:",
+        f"    return _fxdispatch({form.args}, {form.kwargs})",
         *body,
     ]
     if checks:
-        lines += [f"if {' or '.join(checks)}:", f"    return _fxretry{slow}"]
+        lines += [f"if {' or '.join(checks)}:", f"    return {general}"]
     lines += [
         "try:",
         *call,
-        "except _fxNeedsEffect:",
-        f"    return _fxretry{slow}",
+        "except _fxretrace:",
+        f"    return {general}",
         "_fxout, _fxp = _fxr",
         "if _fxp.__class__ is not _fxtuple:"
         if first
@@ -380,19 +363,12 @@ def template(
         lines.append(f"{''.join(f'{n}, ' for n in unpacked)}= _fxp")
     lines += writes
     lines.append("return _fxout")
-    code = _compile(_function_name(fn), form.params, lines)
+    code = _compile(function_name(fn), form.params, lines)
     return code._replace(constants=tuple(env))
 
 
-def environment(
-    code: Template,
-    slow: Callable[..., Any],
-    check: tuple[Any, ...],
-    call: tuple[Any, ...],
-    handlers: Sequence[Handler[Any]],
-) -> tuple[Any, ...]:
-    """The environment `code` runs with: its token, the general path, the stack
-    and trace `check` (stack weakref, stack getter, trace state, trace), the `call`
-    objects (compiled function, retry, mismatch, layout node), the handlers and the
-    template's constants."""
-    return (code.token, slow, *check, *call, *handlers, *code.constants)
+def environment(code: Template, handlers: Sequence[Handler[Any]], **head: Any) -> tuple[Any, ...]:
+    """The environment `code` runs with: its token, then the rest of `HEAD` (given
+    by name), the handlers and the template's constants."""
+    head["token"] = code.token
+    return (*(head[name] for name in HEAD), *handlers, *code.constants)

@@ -1,0 +1,254 @@
+"""`plumb_and_transform`, and applying a transformation to a plumbing wrapper.
+
+The pattern underneath every compiled effax call is the *double wrapper*: outside
+the transformation, compute what the function reads from its context; pass it in
+as an explicit argument; inside, re-install it as context and run the function;
+return what the context gained as an extra output; outside again, write it back.
+`plumb_and_transform` is that pattern with user-supplied callbacks; `effax.handle`
+(`_callpath`) is the same pattern over the handler protocol.
+"""
+
+from __future__ import annotations
+
+import functools as ft
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
+from typing import Any, ParamSpec, TypeVar, overload
+
+import jax
+
+from . import _trace
+
+__all__ = [
+    "Transform",
+    "apply_transform",
+    "check_callable",
+    "normalize_transform",
+    "plumb_and_transform",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Transform = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+_ARGNUM_KEYWORDS = ("static_argnums", "donate_argnums")
+
+
+# --- applying a transformation to the wrapper ---------------------------------------
+
+
+def _shift_argnums(argnums: int | Sequence[int] | None, n: int) -> int | tuple[int, ...] | None:
+    if argnums is None:
+        return None
+    if isinstance(argnums, int):
+        return argnums + n if argnums >= 0 else argnums
+    return tuple(i + n if i >= 0 else i for i in argnums)
+
+
+def normalize_transform(transform: Transform) -> Transform:
+    """`transform` with its options where effax can read them: ``jax.jit(**options)``
+    (a decorator whose options JAX keeps in a closure) becomes
+    ``functools.partial(jax.jit, **options)``."""
+    options = _trace.jit_factory_options(transform)
+    if options is None:
+        return transform
+    return ft.partial(jax.jit, **options) if options else jax.jit
+
+
+def apply_transform(
+    transform: Transform,
+    wrapper: Callable[..., Any],
+    fn: Callable[..., Any],
+    out_shardings: Callable[[Any], Any],
+    n_extra: int = 1,
+) -> Callable[..., Any]:
+    """Apply `transform` to `wrapper(*extra, *args, **kwargs)`, which wraps `fn`.
+
+    `wrapper` gets `fn`'s signature with `n_extra` positional-only parameters
+    prepended, so transformations that read signatures (``jax.jit``'s
+    `static_argnames`) see `fn`'s parameters. Options given through
+    ``functools.partial(jax.jit, ...)`` refer to `fn`'s parameters and outputs and
+    are adapted here: `static_argnums` and `donate_argnums` are shifted past the
+    extra arguments, a tuple of `in_shardings` gets unspecified entries for them (so
+    plumbed arrays keep their own shardings), and `out_shardings` is mapped by
+    `out_shardings(...)` onto the wrapper's outputs.
+    """
+    try:
+        sig = inspect.signature(fn)
+        extra = [
+            inspect.Parameter(f"_effax_plumbed_{i}", inspect.Parameter.POSITIONAL_ONLY)
+            for i in range(n_extra)
+        ]
+        params = [*extra, *sig.parameters.values()]
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        pass
+    transform = normalize_transform(transform)
+    if isinstance(transform, ft.partial) and transform.keywords:
+        keywords = dict(transform.keywords)
+        for name in _ARGNUM_KEYWORDS:
+            if name in keywords:
+                keywords[name] = _shift_argnums(keywords[name], n_extra)
+        if isinstance(keywords.get("in_shardings"), (tuple, list)):
+            keywords["in_shardings"] = (*[None] * n_extra, *keywords["in_shardings"])
+        if keywords.get("out_shardings") is not None:
+            keywords["out_shardings"] = out_shardings(keywords["out_shardings"])
+        transform = ft.partial(transform.func, *transform.args, **keywords)
+    transformed = transform(wrapper)
+    if not callable(transformed):
+        raise TypeError(
+            f"transform_to_apply must return a callable, but {transform!r} returned "
+            f"{type(transformed).__name__}."
+        )
+    return transformed
+
+
+def check_callable(value: Any, argument: str) -> None:
+    if not callable(value):
+        raise TypeError(f"{argument} must be callable, but got {type(value).__name__}: {value!r}.")
+
+
+# --- plumb_and_transform -----------------------------------------------------------
+
+
+@overload
+def plumb_and_transform(
+    callable_to_transform: None = None,
+    *,
+    transform_to_apply: Transform,
+    compute_extra_input_before: Callable[[], Any],
+    create_context_managers_after: Callable[[Any], Iterable[Any]],
+    compute_extra_output_inside: Callable[[], Any] | None = None,
+    receive_extra_output_after: Callable[[Any], None] | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+@overload
+def plumb_and_transform(
+    callable_to_transform: Callable[P, R],
+    *,
+    transform_to_apply: Transform,
+    compute_extra_input_before: Callable[[], Any],
+    create_context_managers_after: Callable[[Any], Iterable[Any]],
+    compute_extra_output_inside: Callable[[], Any] | None = None,
+    receive_extra_output_after: Callable[[Any], None] | None = None,
+) -> Callable[P, R]: ...
+def plumb_and_transform(
+    callable_to_transform: Callable[P, R] | None = None,
+    *,
+    transform_to_apply: Transform,
+    compute_extra_input_before: Callable[[], Any],
+    create_context_managers_after: Callable[[Any], Iterable[Any]],
+    compute_extra_output_inside: Callable[[], Any] | None = None,
+    receive_extra_output_after: Callable[[Any], None] | None = None,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Transform a function that reads context, plumbing the context in (and out).
+
+    Each call of the returned function:
+
+    1. calls `compute_extra_input_before()` outside the transformation (e.g. reads a
+       context variable) to get an *extra input*, a pytree;
+    2. calls the transformed wrapper with the extra input as an explicit argument;
+       inside, the wrapper enters the context managers returned by
+       `create_context_managers_after(extra_input)` and calls the function;
+    3. if `compute_extra_output_inside` is given, calls it inside (after the function
+       returned, with the context managers still entered) and returns its result as
+       an *extra output* alongside the function's result;
+    4. outside again, hands the extra output to `receive_extra_output_after`.
+
+    **Arguments:**
+
+    - `callable_to_transform`: the function; omit it to use this as a decorator.
+    - `transform_to_apply`: e.g. ``jax.jit``, ``functools.partial(jax.jit,
+      static_argnums=...)`` (indices refer to the function's own parameters), or
+      ``jax.checkpoint``.
+    - `compute_extra_input_before`: ``() -> extra_input``.
+    - `create_context_managers_after`: ``extra_input -> iterable of context managers``.
+    - `compute_extra_output_inside`: ``() -> extra_output``, optional.
+    - `receive_extra_output_after`: ``extra_output -> None``; required with
+      `compute_extra_output_inside`.
+
+    **Returns:** a function with the same signature as `callable_to_transform`.
+
+    **Example:**
+
+    ```python
+    >>> import jax, jax.numpy as jnp, effax
+    >>> x_var = effax.JitAwareContextVar[jax.Array]("x")
+    >>> @effax.plumb_and_transform(
+    ...     transform_to_apply=jax.jit,
+    ...     compute_extra_input_before=x_var.get,
+    ...     create_context_managers_after=lambda x: [x_var.set_on_enter(x)],
+    ... )
+    ... def log_x():
+    ...     return jnp.log(x_var.get())
+    >>> with x_var.set_on_enter(jnp.e):
+    ...     float(log_x())
+    1.0
+
+    ```
+    """
+    if callable_to_transform is None:
+        return ft.partial(  # type: ignore[return-value]
+            plumb_and_transform,
+            transform_to_apply=transform_to_apply,
+            compute_extra_input_before=compute_extra_input_before,
+            create_context_managers_after=create_context_managers_after,
+            compute_extra_output_inside=compute_extra_output_inside,
+            receive_extra_output_after=receive_extra_output_after,
+        )
+    fn = callable_to_transform
+    check_callable(fn, "callable_to_transform")
+    check_callable(transform_to_apply, "transform_to_apply")
+    check_callable(compute_extra_input_before, "compute_extra_input_before")
+    check_callable(create_context_managers_after, "create_context_managers_after")
+    if (compute_extra_output_inside is None) != (receive_extra_output_after is None):
+        raise TypeError(
+            "compute_extra_output_inside and receive_extra_output_after go together: "
+            "pass both to plumb a value out, or neither."
+        )
+    if compute_extra_output_inside is not None:
+        check_callable(compute_extra_output_inside, "compute_extra_output_inside")
+        check_callable(receive_extra_output_after, "receive_extra_output_after")
+
+    def wrapper(extra_input: Any, /, *args: Any, **kwargs: Any) -> Any:
+        managers = create_context_managers_after(extra_input)
+        try:
+            managers = list(managers)
+        except TypeError:
+            raise TypeError(
+                "create_context_managers_after must return an iterable of context "
+                f"managers, but returned {type(managers).__name__}."
+            ) from None
+        with ExitStack() as stack:
+            for manager in managers:
+                if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
+                    raise TypeError(
+                        "create_context_managers_after must return context managers, but "
+                        f"one item is a {type(manager).__name__}: {manager!r}."
+                    )
+                stack.enter_context(manager)
+            out = fn(*args, **kwargs)
+            if compute_extra_output_inside is None:
+                return out
+            return out, compute_extra_output_inside()
+
+    transformed = apply_transform(
+        transform_to_apply,
+        wrapper,
+        fn,
+        out_shardings=(lambda o: o)
+        if compute_extra_output_inside is None
+        else (lambda o: (o, None)),
+    )
+
+    @ft.wraps(fn)
+    def plumbed(*args: Any, **kwargs: Any) -> Any:
+        result = transformed(compute_extra_input_before(), *args, **kwargs)
+        if receive_extra_output_after is None:
+            return result
+        out, extra_output = result
+        receive_extra_output_after(extra_output)
+        return out
+
+    return plumbed
