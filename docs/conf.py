@@ -59,41 +59,14 @@ myst_substitutions = {
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_default_options = {"members": True, "exclude-members": "handler_hint"}
-# Docstrings write `name` for code, as the Markdown pages do.
+# Docstrings are reST (examples are doctest blocks, which pytest runs too) and
+# write `name` for code, as the Markdown pages do.
 default_role = "code"
 
 html_theme = "alabaster"
 html_title = f"effax {release}"
 html_static_path: list[str] = []
 html_theme_options = {"description": "Algebraic effect handlers for JAX", "fixed_sidebar": True}
-
-_FENCE = re.compile(r"^(\s*)```\s*(\w*)\s*$")
-
-
-def _markdown_fences_to_rst(
-    app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]
-) -> None:
-    """effax docstrings show examples in Markdown fences (```python ... ```), which
-    doctest and editors read; turn them into reST code blocks for autodoc."""
-    out: list[str] = []
-    inside: str | None = None
-    for line in lines:
-        match = _FENCE.match(line)
-        if match and inside is None:
-            inside = match.group(1)
-            body_start = len(out) + 2
-            out.extend([f"{inside}.. code-block:: pycon", ""])
-            continue
-        if match and inside is not None:
-            if not any(text.strip() for text in out[body_start:]):
-                out.append(f"{inside}    ...")
-            inside = None
-            out.append("")
-            continue
-        out.append(
-            f"{inside}    {line[len(inside) :]}" if inside is not None and line.strip() else line
-        )
-    lines[:] = out
 
 
 def _public_names() -> list[str]:
@@ -117,5 +90,4 @@ def _check_api_reference(app: Any) -> None:
 
 
 def setup(app: Any) -> None:
-    app.connect("autodoc-process-docstring", _markdown_fences_to_rst)
     app.connect("builder-inited", _check_api_reference)

@@ -3,6 +3,7 @@
 import importlib.metadata
 
 from . import random as random
+from ._ask import Ask as Ask, Provider as Provider
 from ._callpath import handle as handle, jit as jit
 from ._context import JitAwareContextVar as JitAwareContextVar
 from ._control import (
@@ -13,33 +14,33 @@ from ._control import (
     switch as switch,
     while_loop as while_loop,
 )
-from ._effects import (
-    Ask as Ask,
-    BatchPolicy as BatchPolicy,
-    Collector as Collector,
-    Effect as Effect,
-    Emit as Emit,
-    Export as Export,
-    Fields as Fields,
-    Handler as Handler,
-    Handlers as Handlers,
-    KeyState as KeyState,
-    KeyStream as KeyStream,
-    Outcome as Outcome,
-    Provider as Provider,
-    RandomKey as RandomKey,
-    State as State,
-    StateCell as StateCell,
-    handlers as handlers,
-    rng as rng,
-)
+from ._effect import Effect as Effect
+from ._emit import Collector as Collector, Emit as Emit
 from ._errors import (
+    EffectError as EffectError,
     EffectLeakError as EffectLeakError,
+    EffectTypeError as EffectTypeError,
+    EffectUsageError as EffectUsageError,
     StateTypeError as StateTypeError,
     UndeclaredEffectError as UndeclaredEffectError,
     UnhandledEffectError as UnhandledEffectError,
 )
+from ._handlers import Handlers as Handlers, handlers as handlers
 from ._plumb import plumb_and_transform as plumb_and_transform
+from ._protocol import (
+    BatchPolicy as BatchPolicy,
+    Export as Export,
+    Fields as Fields,
+    Handler as Handler,
+    Outcome as Outcome,
+)
+from ._random_key import (
+    KeyState as KeyState,
+    KeyStream as KeyStream,
+    RandomKey as RandomKey,
+    rng as rng,
+)
+from ._state import State as State, StateCell as StateCell
 from ._transforms import (
     checkpoint as checkpoint,
     grad as grad,

@@ -9,17 +9,29 @@ bake into its cache as a constant.
 
 from __future__ import annotations
 
+import abc
 import contextvars
 from collections.abc import Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from . import _trace
 
 if TYPE_CHECKING:
-    from ._effects import Effect, Handler
+    from ._effect import Effect
+    from ._protocol import Handler
 
-__all__ = ["JitAwareContextVar"]
+__all__ = [
+    "Blocked",
+    "Entry",
+    "JitAwareContextVar",
+    "Stack",
+    "Tracked",
+    "current_stack",
+    "note_missing",
+    "pop",
+    "push",
+    "push_entries",
+]
 
 T = TypeVar("T")
 
@@ -52,7 +64,6 @@ class JitAwareContextVar(Generic[T]):
 
     **Example:**
 
-    ```python
     >>> import jax, jax.numpy as jnp, effax
     >>> x_var = effax.JitAwareContextVar[float]("x")
     >>> def log_x():
@@ -64,7 +75,6 @@ class JitAwareContextVar(Generic[T]):
     >>> float(pure(jnp.e))
     1.0
 
-    ```
     """
 
     __slots__ = ("_name", "_var")
@@ -114,12 +124,7 @@ class _SetOnEnter(Generic[T]):
         self._token = self._var.set((self._value, _trace.current_trace_ref()))
         return self._value
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         assert self._token is not None
         self._var.reset(self._token)
         self._token = None
@@ -192,3 +197,32 @@ def note_missing(effect: Effect[Any]) -> None:
 
 def pop(token: contextvars.Token[Stack]) -> None:
     _STACK.reset(token)
+
+
+# --- stack-entry markers ------------------------------------------------------------
+#
+# An entry's second item is normally the trace its handler was installed under; a
+# marker in its place changes what a lookup does.
+
+
+class Tracked:
+    """Marks a handler rebuilt inside a traced region: a lookup of its effect is
+    recorded in `used` (what the region's trace depended on), then goes on as if
+    the handler were installed at the trace `ref`."""
+
+    __slots__ = ("ref", "used")
+
+    def __init__(self, ref: _trace.TraceRef, used: set[Effect[Any]]) -> None:
+        self.ref = ref
+        self.used = used
+
+
+class Blocked(abc.ABC):
+    """Stack-entry marker that hides a handler: performing its effect calls
+    `raise_for`, and `handle` does not plumb it. Subclasses say why."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def raise_for(self, effect: Effect[Any]) -> NoReturn:
+        """Raise the exception for performing `effect` here."""

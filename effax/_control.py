@@ -23,7 +23,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._effects import Effect, Outcome
+from ._effect import Effect
+from ._errors import EffectUsageError
+from ._protocol import Outcome
 from ._region import Plan, Region
 
 __all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
@@ -50,7 +52,6 @@ def scan(
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> total = effax.State[jnp.ndarray]("total")
     >>> log = effax.Emit[jnp.ndarray]("log")
@@ -63,7 +64,6 @@ def scan(
     >>> float(hs[total]), hs[log][0].tolist()
     (3.0, [0.0, 2.0, 4.0])
 
-    ```
     """
     region = Region(f)
     statics: list[Any] = []
@@ -89,14 +89,12 @@ def map(f: Callable[[X], Y], xs: X, *, batch_size: int | None = None) -> Y:
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> with effax.rng.seed(0):
     ...     ys = effax.map(lambda x: x + effax.random.normal(), jnp.zeros(3))
     >>> ys.shape
     (3,)
 
-    ```
     """
     if batch_size is not None:
         raise NotImplementedError(
@@ -122,7 +120,6 @@ def fori_loop(
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> count = effax.State[jnp.ndarray]("count")
     >>> with count.init(jnp.int32(0)) as cell:
@@ -130,7 +127,6 @@ def fori_loop(
     >>> int(cell.value)
     6
 
-    ```
     """
     try:
         lo, hi = operator.index(lower), operator.index(upper)
@@ -163,12 +159,11 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
 
     The trip count is not known at trace time, so key counters come out as traced
     int32, and values cannot be emitted inside the loop (there is nothing to stack
-    them along): an emit raises `ValueError`. `cond_fun` may read effects (ask,
+    them along): an emit raises `effax.EffectUsageError`. `cond_fun` may read effects (ask,
     get) but not change them.
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> limit = effax.Ask[jnp.ndarray]("limit")
     >>> with limit.provide(jnp.float32(10)), effax.rng.seed(0) as stream:
@@ -177,7 +172,6 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
     >>> bool(x >= 10), int(stream.value.counter) > 0
     (True, True)
 
-    ```
     """
     region = Region([cond_fun, body_fun])
 
@@ -193,7 +187,7 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
                 )
             )
             if before.static != after.static or not same_carry or jax.tree.leaves(after.values):
-                raise ValueError(
+                raise EffectUsageError(
                     f"{effect!r} was changed inside effax.while_loop's cond_fun. cond_fun may "
                     "read effects (ask, get) but not change them: move the update into "
                     "body_fun."
@@ -205,7 +199,7 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
         new_value, outcomes = region.run(body_fun, handler_carries, (value,))
         emitting = region.effect_with_values([o.values for o in outcomes])
         if emitting is not None:
-            raise ValueError(
+            raise EffectUsageError(
                 f"{emitting!r} emitted values inside effax.while_loop, whose trip count is "
                 "not known at trace time, so they cannot be collected. Use effax.scan or "
                 "effax.fori_loop with Python-int bounds (values are stacked per step), or "
@@ -246,7 +240,7 @@ def _branches(
     except TypeError:
         if len({str(s) for s in structures if s is not None}) > 1:
             mismatch = _emit_mismatch(region.plan, structures)
-            raise ValueError(
+            raise EffectUsageError(
                 f"{mismatch!r} emitted different numbers or kinds of values in the branches "
                 f"of effax.{kind}. Every branch must emit the same structure (emit a zero "
                 "placeholder in the other branch, or collect into a State instead)."
@@ -282,7 +276,6 @@ def cond(pred: Any, true_fun: Callable[..., R], false_fun: Callable[..., R], *op
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> hits = effax.State[jnp.ndarray]("hits")
     >>> with hits.init(jnp.int32(0)) as cell:
@@ -291,7 +284,6 @@ def cond(pred: Any, true_fun: Callable[..., R], false_fun: Callable[..., R], *op
     >>> int(cell.value)
     2
 
-    ```
     """
     return _branches("cond", pred, [true_fun, false_fun], operands)
 
@@ -301,7 +293,6 @@ def switch(index: Any, branches: Sequence[Callable[..., R]], *operands: Any) -> 
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> log = effax.Emit[jnp.ndarray]("log")
     >>> with log.collect() as collected:
@@ -309,6 +300,5 @@ def switch(index: Any, branches: Sequence[Callable[..., R]], *operands: Any) -> 
     >>> float(collected.values[0])
     1.0
 
-    ```
     """
     return _branches("switch", index, list(branches), operands)

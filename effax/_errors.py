@@ -1,16 +1,95 @@
-"""effax's error types and the long explanations their messages share."""
+"""effax's error types and the long explanations their messages share.
+
+Every misuse of effax raises an `EffectError`, through a subclass that also derives
+from the builtin a Python user would catch:
+
+- `LookupError`: `UnhandledEffectError`, `EffectLeakError`, `UndeclaredEffectError`
+  (finding a handler failed);
+- `TypeError`: `EffectTypeError` (a value of the wrong kind), and its subclass
+  `StateTypeError`;
+- `ValueError`: `EffectUsageError` (an effect used where its wrapper cannot carry it).
+"""
 
 from __future__ import annotations
 
 __all__ = [
+    "EffectError",
     "EffectLeakError",
+    "EffectTypeError",
+    "EffectUsageError",
     "StateTypeError",
     "UndeclaredEffectError",
     "UnhandledEffectError",
 ]
 
 
-class UnhandledEffectError(LookupError):
+class EffectError(Exception):
+    """Base class of every error effax raises for a misuse.
+
+    Each subclass also derives from the builtin exception a Python user would catch
+    for it (`LookupError`, `TypeError` or `ValueError`), so either can be caught.
+
+    **Example:**
+
+    >>> import effax
+    >>> try:
+    ...     effax.Ask[float]("temperature").ask()
+    ... except effax.EffectError as e:
+    ...     print(type(e).__name__, isinstance(e, LookupError))
+    UnhandledEffectError True
+
+    """
+
+    __module__ = "effax"
+
+
+class EffectTypeError(EffectError, TypeError):
+    """A value or argument of the wrong kind was given to effax.
+
+    For example something that is not a handler passed to `effax.handlers`, a seed
+    that is not a key, an unhashable value for a static `Ask`. The message names
+    what was expected and what was found. A subclass of `TypeError`.
+
+    **Example:**
+
+    >>> import effax
+    >>> try:
+    ...     effax.rng.seed("zero")
+    ... except effax.EffectTypeError as e:
+    ...     print(e)
+    RandomKey('rng').seed(...) takes an int, a typed key (jax.random.key) or a raw
+    uint32[2] key (jax.random.PRNGKey), not a str.
+
+    """
+
+    __module__ = "effax"
+
+
+class EffectUsageError(EffectError, ValueError):
+    """An effect was used where the effax wrapper around it cannot carry it.
+
+    For example values emitted inside `effax.while_loop` (whose trip count is not
+    known, so they cannot be stacked), branches of `effax.cond` that emit different
+    structures, an effect changed inside `effax.while_loop`'s `cond_fun`. The
+    message says what to do instead. A subclass of `ValueError`.
+
+    **Example:**
+
+    >>> import jax.numpy as jnp, effax
+    >>> log = effax.Emit[jnp.ndarray]("log")
+    >>> with log.collect():
+    ...     try:
+    ...         effax.while_loop(lambda x: x < 3, lambda x: (log.emit(x), x + 1)[1], 0.0)
+    ...     except effax.EffectUsageError as e:
+    ...         print(str(e)[:60])
+    Emit('log') emitted values inside effax.while_loop, whose tr
+
+    """
+
+    __module__ = "effax"
+
+
+class UnhandledEffectError(EffectError, LookupError):
     """An effect was performed with no handler for it installed.
 
     The message names the effect and the handler to install around the call. A
@@ -18,7 +97,6 @@ class UnhandledEffectError(LookupError):
 
     **Example:**
 
-    ```python
     >>> import effax
     >>> temperature = effax.Ask[float]("temperature")
     >>> try:
@@ -33,13 +111,12 @@ class UnhandledEffectError(LookupError):
     >>> issubclass(effax.UnhandledEffectError, LookupError)
     True
 
-    ```
     """
 
     __module__ = "effax"
 
 
-class EffectLeakError(LookupError):
+class EffectLeakError(EffectError, LookupError):
     """A handler was used across a JAX transformation that would bake it in or leak it.
 
     Raised when an effect is performed inside a staging transformation (``jax.jit``,
@@ -50,7 +127,6 @@ class EffectLeakError(LookupError):
 
     **Example:**
 
-    ```python
     >>> import jax, effax
     >>> scale = effax.Ask[float]("scale")
     >>> def f(x):
@@ -66,13 +142,12 @@ class EffectLeakError(LookupError):
     ...     float(effax.jit(f)(1.0))
     2.0
 
-    ```
     """
 
     __module__ = "effax"
 
 
-class StateTypeError(TypeError):
+class StateTypeError(EffectTypeError):
     """A ``State`` changed its structure, shape or dtype across a traced boundary.
 
     A state is the carry of a compiled function or loop, so it must come out with the
@@ -80,7 +155,6 @@ class StateTypeError(TypeError):
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> total = effax.State[jnp.ndarray]("total")
     >>> def add(x):
@@ -97,13 +171,12 @@ class StateTypeError(TypeError):
     >>> float(cell.value)
     1.5
 
-    ```
     """
 
     __module__ = "effax"
 
 
-class UndeclaredEffectError(LookupError):
+class UndeclaredEffectError(EffectError, LookupError):
     """A function performed an effect outside the row it declared with ``effax.uses``.
 
     The message names the function, the effect and the declared row, and says how to
@@ -112,7 +185,6 @@ class UndeclaredEffectError(LookupError):
 
     **Example:**
 
-    ```python
     >>> import effax
     >>> temperature = effax.Ask[float]("temperature")
     >>> steps = effax.State[int]("steps")
@@ -130,7 +202,6 @@ class UndeclaredEffectError(LookupError):
     >>> issubclass(effax.UndeclaredEffectError, LookupError)
     True
 
-    ```
     """
 
     __module__ = "effax"

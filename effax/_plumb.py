@@ -19,6 +19,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 import jax
 
 from . import _trace
+from ._errors import EffectTypeError
 
 __all__ = [
     "Transform",
@@ -98,7 +99,7 @@ def apply_transform(
         transform = ft.partial(transform.func, *transform.args, **keywords)
     transformed = transform(wrapper)
     if not callable(transformed):
-        raise TypeError(
+        raise EffectTypeError(
             f"transform_to_apply must return a callable, but {transform!r} returned "
             f"{type(transformed).__name__}."
         )
@@ -107,7 +108,9 @@ def apply_transform(
 
 def check_callable(value: Any, argument: str) -> None:
     if not callable(value):
-        raise TypeError(f"{argument} must be callable, but got {type(value).__name__}: {value!r}.")
+        raise EffectTypeError(
+            f"{argument} must be callable, but got {type(value).__name__}: {value!r}."
+        )
 
 
 # --- plumb_and_transform -----------------------------------------------------------
@@ -172,7 +175,6 @@ def plumb_and_transform(
 
     **Example:**
 
-    ```python
     >>> import jax, jax.numpy as jnp, effax
     >>> x_var = effax.JitAwareContextVar[jax.Array]("x")
     >>> @effax.plumb_and_transform(
@@ -186,7 +188,6 @@ def plumb_and_transform(
     ...     float(log_x())
     1.0
 
-    ```
     """
     if callable_to_transform is None:
         return ft.partial(  # type: ignore[return-value]
@@ -203,7 +204,7 @@ def plumb_and_transform(
     check_callable(compute_extra_input_before, "compute_extra_input_before")
     check_callable(create_context_managers_after, "create_context_managers_after")
     if (compute_extra_output_inside is None) != (receive_extra_output_after is None):
-        raise TypeError(
+        raise EffectTypeError(
             "compute_extra_output_inside and receive_extra_output_after go together: "
             "pass both to plumb a value out, or neither."
         )
@@ -216,14 +217,14 @@ def plumb_and_transform(
         try:
             managers = list(managers)
         except TypeError:
-            raise TypeError(
+            raise EffectTypeError(
                 "create_context_managers_after must return an iterable of context "
                 f"managers, but returned {type(managers).__name__}."
             ) from None
         with ExitStack() as stack:
             for manager in managers:
                 if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
-                    raise TypeError(
+                    raise EffectTypeError(
                         "create_context_managers_after must return context managers, but "
                         f"one item is a {type(manager).__name__}: {manager!r}."
                     )

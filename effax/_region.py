@@ -3,8 +3,9 @@
 `handle`, the control-flow wrappers and the transformation wrappers all cross a
 boundary the same way, over the `Handler` protocol:
 
-1. `outer_handlers` picks the handlers visible at the call that may be plumbed;
-2. `export_all` asks each for its `Export` (static / const / carry);
+1. the handlers visible at the call that may be plumbed are picked
+   (`outer_handlers` here; `_callpath.resolve` for `handle`);
+2. each is asked for its `Export` (static / const / carry);
 3. inside the region, `run_inside` rebuilds them and runs the user's function;
 4. `outcomes_of` collects each inner handler's `Outcome`, checking that carries
    kept their types;
@@ -14,22 +15,27 @@ boundary the same way, over the `Handler` protocol:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
 
 from . import _context, _trace
-from ._effects import BatchPolicy, Blocked, Effect, Handler, Outcome, _Marker
-from ._errors import StateTypeError
+from ._context import Blocked, Tracked
+from ._effect import Effect, check_write
+from ._errors import OWN_WRITE_LEAK, EffectLeakError, StateTypeError
+from ._protocol import BatchPolicy, Handler, Outcome, home_of
 
 __all__ = [
+    "Home",
     "Plan",
     "Region",
     "check_carry",
-    "export_all",
+    "check_writes",
+    "note_used",
     "outcomes_of",
     "outer_handlers",
+    "outer_homes",
     "run_inside",
 ]
 
@@ -38,7 +44,6 @@ R = TypeVar("R")
 # What identifies a region's handlers at trace time: for each, its effect, its
 # class (whose `rebuild` makes the inner handler) and its static export.
 Plan = tuple[tuple[Effect[Any], type[Handler[Any]], Hashable], ...]
-Dynamic = list[tuple[Any, Any]]
 
 
 def outer_handlers(
@@ -68,7 +73,7 @@ def outer_handlers(
         if entry_ref is not ref:
             if isinstance(entry_ref, Blocked):
                 continue
-            if type(entry_ref) is _Marker:
+            if type(entry_ref) is Tracked:
                 if row is not None:
                     entry_ref.used.add(effect)  # the enclosing region performs it too
                 entry_ref = entry_ref.ref
@@ -84,14 +89,8 @@ def note_used(stack: _context.Stack, used: Iterable[Effect[Any]]) -> None:
     """Tell enclosing traced regions that effects they plumbed were performed."""
     for effect in used:
         entry = stack.get(effect)
-        if entry is not None and type(entry[1]) is _Marker:
+        if entry is not None and type(entry[1]) is Tracked:
             entry[1].used.add(effect)
-
-
-def export_all(handlers: Sequence[Handler[Any]]) -> tuple[Plan, Dynamic]:
-    exports = [h.export() for h in handlers]
-    plan = tuple((h.effect, type(h), e.static) for h, e in zip(handlers, exports, strict=True))
-    return plan, [(e.const, e.carry) for e in exports]
 
 
 def _signature(tree: Any) -> tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]:
@@ -143,7 +142,7 @@ def run_inside(
         for (effect, cls, static), (const, carry) in zip(plan, dynamic, strict=True)
     )
     ref = (
-        _trace.current_trace_ref() if track is None else _Marker(_trace.current_trace_ref(), track)
+        _trace.current_trace_ref() if track is None else Tracked(_trace.current_trace_ref(), track)
     )
     entries = {handler.effect: (handler, ref) for handler in (*standins, *inner)}
     token = _context.push_entries(entries, recorder=recorder)
@@ -167,6 +166,46 @@ def outcomes_of(
         check_carry(effect, carry, result.carry)
         results.append(result)
     return results
+
+
+class Home(NamedTuple):
+    """Where a plumbed handler was installed, when that is not the current trace."""
+
+    trace: _trace.TraceRef
+    own: bool  # passed to `handle` (not found on the stack)
+
+
+def outer_homes(stack: _context.Stack, handlers: Sequence[Handler[Any]]) -> list[Home | None]:
+    """For each handler, where it was installed if that is not the current trace
+    (a raw ``jax.grad`` or ``jax.vmap`` runs around the call), else None. What a
+    call writes into such a handler must hold no tracer of the current trace."""
+    trace = _trace.current_trace_ref()
+    homes: list[Home | None] = []
+    for handler in handlers:
+        entry = stack.get(handler.effect)
+        if entry is not None and entry[0] is handler:
+            home, own = entry[1], False
+        else:
+            home, own = home_of(handler), True
+        if type(home) is Tracked:
+            home = home.ref
+        homes.append(None if home is None or home is trace else Home(home, own))
+    return homes
+
+
+def check_writes(
+    handlers: Sequence[Handler[Any]], outcomes: Sequence[Outcome], homes: Sequence[Home | None]
+) -> None:
+    """Refuse (before anything is absorbed) outcomes that would leave a tracer in a
+    handler installed under an outer trace: it could not outlive its trace."""
+    for handler, outcome, home in zip(handlers, outcomes, homes, strict=True):
+        if home is None:
+            continue
+        written = (outcome.carry, outcome.values)
+        if not home.own:
+            check_write(handler.effect, written, home.trace)
+        elif _trace.foreign_tracers(jax.tree.leaves(written), home.trace):
+            raise EffectLeakError(OWN_WRITE_LEAK.format(effect=handler.effect))
 
 
 def _strong(tree: Any) -> Any:
@@ -238,7 +277,10 @@ class Region:
         return out, outcomes_of(self.plan, dynamic, inner, carry_required=carry_required)
 
     def absorb(self, outcomes: Sequence[Outcome], *, steps: int | None) -> None:
+        """Write the region's outcomes back into the handlers around it (refusing,
+        before anything is written, an outcome that would leak a tracer into one)."""
         note_used(self.stack, self.used)
+        check_writes(self.handlers, outcomes, outer_homes(self.stack, self.handlers))
         for handler, outcome in zip(self.handlers, outcomes, strict=True):
             if self.policy is None:
                 handler.absorb(outcome, steps=steps)

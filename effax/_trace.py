@@ -32,7 +32,6 @@ __all__ = [
     "SUPPORTED_JAX",
     "Trace",
     "TraceRef",
-    "current_trace",
     "current_trace_ref",
     "foreign_tracers",
     "innermost_staging_api",
@@ -61,11 +60,6 @@ _Staging = _pe.DynamicJaxprTrace
 _Tracer = _core.Tracer
 
 Reach = Literal["ok", "staged", "detached"]
-
-
-def current_trace() -> Trace:
-    """The innermost active JAX trace (an ``EvalTrace`` at top level)."""
-    return _trace_ctx.trace
 
 
 def current_trace_ref() -> TraceRef:
@@ -140,14 +134,9 @@ def foreign_tracers(leaves: Iterable[Any], set_ref: TraceRef) -> bool:
 # is being traced, mapped to the effax wrapper to use instead. Only consulted to
 # word an error message, never to decide anything.
 _JIT = ("jax.jit", "effax.jit (or effax.handle(fn, transform=jax.jit))")
+_NAMESAKES = ("scan", "map", "fori_loop", "while_loop", "cond", "switch", "checkpoint")
 _STAGING_APIS: Final = {
-    "scan": ("scan", "effax.scan"),
-    "map": ("map", "effax.map"),
-    "fori_loop": ("fori_loop", "effax.fori_loop"),
-    "while_loop": ("while_loop", "effax.while_loop"),
-    "cond": ("cond", "effax.cond"),
-    "switch": ("switch", "effax.switch"),
-    "checkpoint": ("checkpoint", "effax.checkpoint"),
+    **{name: (name, f"effax.{name}") for name in _NAMESAKES},
     "remat": ("checkpoint", "effax.checkpoint"),
     "fun_remat": ("checkpoint", "effax.checkpoint"),
     "eval_shape": ("eval_shape", "effax.handle(fn, transform=jax.eval_shape)"),

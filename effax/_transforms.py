@@ -18,8 +18,8 @@ from jax.sharding import PartitionSpec
 
 from . import _trace
 from ._callpath import handle
-from ._effects import BatchPolicy, Outcome
 from ._errors import EffectLeakError
+from ._protocol import BatchPolicy, Outcome
 from ._region import Region
 
 __all__ = ["checkpoint", "grad", "shard_map", "value_and_grad", "vmap"]
@@ -47,7 +47,6 @@ def value_and_grad(
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> scale = effax.Ask[jnp.ndarray]("scale")
     >>> calls = effax.State[jnp.ndarray]("calls")
@@ -59,7 +58,6 @@ def value_and_grad(
     >>> float(value), float(g), int(hs[calls])
     (12.0, 12.0, 1)
 
-    ```
     """
 
     @ft.wraps(fun)
@@ -95,14 +93,12 @@ def grad(
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> scale = effax.Ask[jnp.ndarray]("scale")
     >>> with scale.provide(jnp.float32(3)):
     ...     float(effax.grad(lambda w: scale.ask() * w ** 2)(2.0))
     12.0
 
-    ```
     """
     value_and_grad_fun = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
@@ -190,14 +186,12 @@ def vmap(
 
     **Example:**
 
-    ```python
     >>> import jax, jax.numpy as jnp, effax
     >>> with effax.rng.seed(0) as stream:
     ...     xs = effax.vmap(lambda x: x + effax.random.normal())(jnp.zeros(3))
     >>> bool(xs[0] != xs[1]), stream.value.counter
     (True, 1)
 
-    ```
     """
     name = axis_name if axis_name is not None else f"effax_vmap_{next(_fresh_axis)}"
 
@@ -232,7 +226,6 @@ def checkpoint(
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> scale = effax.Ask[jnp.ndarray]("scale")
     >>> f = effax.checkpoint(lambda x: jnp.sin(x) * scale.ask())
@@ -240,7 +233,6 @@ def checkpoint(
     ...     float(effax.grad(f)(0.0))
     2.0
 
-    ```
     """
     return handle(
         fun,
@@ -274,7 +266,6 @@ def shard_map(
 
     **Example:**
 
-    ```python
     >>> import jax, jax.numpy as jnp, effax
     >>> from jax.sharding import PartitionSpec as P
     >>> mesh = jax.sharding.Mesh(jax.devices()[:1], ("data",))
@@ -288,7 +279,6 @@ def shard_map(
     >>> float(cell.value)
     6.0
 
-    ```
     """
     names = tuple(mesh.axis_names if axis_names is None else sorted(axis_names, key=str))
 

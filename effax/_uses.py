@@ -19,8 +19,9 @@ from collections.abc import Callable
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from . import _context
-from ._effects import Blocked, Effect
-from ._errors import UndeclaredEffectError
+from ._context import Blocked
+from ._effect import Effect
+from ._errors import EffectTypeError, UndeclaredEffectError
 
 __all__ = ["Undeclared", "uses"]
 
@@ -53,7 +54,7 @@ class Undeclared(Blocked):
             f"{self.function} performed {effect!r}, which is not in its effect row "
             f"{declared}. Add it to the row (@{_row_text((*self.row, effect))}) so that "
             f"callers handle it, or handle it inside {self.function} "
-            f"(`with {effect.handler_hint}: ...`)."
+            f"(`with {effect.handler_example()}: ...`)."
         )
 
 
@@ -82,7 +83,6 @@ def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
     **Example:**
 
-    ```python
     >>> import effax
     >>> temperature = effax.Ask[float]("temperature")
     >>> steps = effax.State[int]("steps")
@@ -102,11 +102,10 @@ def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
     ...
     effax.UndeclaredEffectError: sneaky performed State('steps'), which is not in its effect row ...
 
-    ```
     """
     for effect in effects:
         if not isinstance(effect, Effect):
-            raise TypeError(
+            raise EffectTypeError(
                 "effax.uses(...) takes effects (e.g. `@effax.uses(temperature, steps)`), "
                 f"but got {type(effect).__name__}: {effect!r}."
                 + (_PARENTHESES if callable(effect) else "")
@@ -116,7 +115,7 @@ def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         if not callable(fn):
-            raise TypeError(
+            raise EffectTypeError(
                 f"effax.uses(...) decorates functions, but got {type(fn).__name__}: {fn!r}."
             )
         name = getattr(fn, "__qualname__", None) or repr(fn)

@@ -63,7 +63,7 @@ import types
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
-from ._effects import Fields, Handler, Outcome
+from ._protocol import Fields, Handler, Outcome
 
 __all__ = ["HEAD", "Form", "Template", "entry_form", "environment", "make_function", "template"]
 

@@ -5,14 +5,12 @@ and draws the key from `effax.rng` (or the stream given as `stream=`).
 
 **Example:**
 
-```python
 >>> import effax
 >>> with effax.rng.seed(0):
 ...     x = effax.random.normal((3,))
 >>> x.shape
 (3,)
 
-```
 """
 
 from __future__ import annotations
@@ -22,7 +20,14 @@ from typing import Any
 
 import jax
 
-from ._effects import RandomKey, rng
+from ._discrete import (
+    bernoulli as bernoulli,
+    categorical as categorical,
+    choice as choice,
+    permutation as permutation,
+    randint as randint,
+)
+from ._random_key import RandomKey, rng
 
 __all__ = [
     "bernoulli",
@@ -60,7 +65,6 @@ def key(*, stream: RandomKey = rng) -> jax.Array:
 
     **Example:**
 
-    ```python
     >>> import jax, effax
     >>> with effax.rng.seed(0):
     ...     k0, k1 = effax.random.key(), effax.random.key()
@@ -71,7 +75,6 @@ def key(*, stream: RandomKey = rng) -> jax.Array:
     >>> jax.random.rademacher(k0, (3,)).shape
     (3,)
 
-    ```
     """
     return stream.next_key()
 
@@ -89,7 +92,6 @@ def normal(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> with effax.rng.seed(0):
     ...     x = effax.random.normal((2, 3))
@@ -98,7 +100,6 @@ def normal(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
     >>> bool(jnp.isfinite(x).all())
     True
 
-    ```
     """
     return jax.random.normal(stream.next_key(), shape, dtype)
 
@@ -124,7 +125,6 @@ def uniform(
 
     **Example:**
 
-    ```python
     >>> import effax
     >>> with effax.rng.seed(0):
     ...     x = effax.random.uniform((1000,), minval=-1.0, maxval=1.0)
@@ -138,182 +138,8 @@ def uniform(
     >>> bool((0 <= y).all() & (y < 1).all())
     True
 
-    ```
     """
     return jax.random.uniform(stream.next_key(), shape, dtype, minval, maxval)
-
-
-def bernoulli(
-    p: ArrayLike = 0.5, shape: Shape | None = None, *, stream: RandomKey = rng
-) -> jax.Array:
-    """Booleans that are true with probability `p`.
-
-    Calls `jax.random.bernoulli` with the next key of `stream`.
-
-    **Arguments:**
-
-    - `p`: the probability of `True`, broadcastable to `shape`.
-    - `shape`: the shape of the result (default: the shape of `p`).
-    - `stream`: the key stream to draw from (default `effax.rng`).
-
-    **Example:**
-
-    ```python
-    >>> import jax.numpy as jnp, effax
-    >>> with effax.rng.seed(0):
-    ...     mask = effax.random.bernoulli(0.9, (4, 5))
-    ...     certain = effax.random.bernoulli(jnp.array([0.0, 1.0]))
-    >>> mask.shape, mask.dtype
-    ((4, 5), dtype('bool'))
-    >>> certain.tolist()
-    [False, True]
-
-    ```
-    """
-    return jax.random.bernoulli(stream.next_key(), p, shape)
-
-
-def categorical(
-    logits: ArrayLike,
-    axis: int = -1,
-    shape: Shape | None = None,
-    *,
-    stream: RandomKey = rng,
-) -> jax.Array:
-    """Indices drawn with probabilities ``softmax(logits)``.
-
-    Calls `jax.random.categorical` with the next key of `stream`.
-
-    **Arguments:**
-
-    - `logits`: unnormalised log-probabilities; ``-inf`` is never drawn.
-    - `axis`: the axis of `logits` that holds the categories.
-    - `shape`: the shape of the result (default: `logits.shape` without `axis`).
-    - `stream`: the key stream to draw from (default `effax.rng`).
-
-    **Example:**
-
-    ```python
-    >>> import jax.numpy as jnp, effax
-    >>> with effax.rng.seed(0):
-    ...     rows = effax.random.categorical(jnp.zeros((2, 3)))
-    ...     only_one = effax.random.categorical(jnp.log(jnp.array([0.0, 1.0, 0.0])), shape=(4,))
-    >>> rows.shape, bool(((0 <= rows) & (rows < 3)).all())
-    ((2,), True)
-    >>> only_one.tolist()
-    [1, 1, 1, 1]
-
-    ```
-    """
-    return jax.random.categorical(stream.next_key(), logits, axis, shape)
-
-
-def randint(
-    shape: Shape,
-    minval: ArrayLike,
-    maxval: ArrayLike,
-    dtype: DType = int,
-    *,
-    stream: RandomKey = rng,
-) -> jax.Array:
-    """Integers in ``[minval, maxval)``.
-
-    Calls `jax.random.randint` with the next key of `stream`.
-
-    **Arguments:**
-
-    - `shape`: the shape of the result.
-    - `minval`, `maxval`: the bounds (`maxval` excluded), broadcastable to `shape`.
-    - `dtype`: an integer dtype.
-    - `stream`: the key stream to draw from (default `effax.rng`).
-
-    **Example:**
-
-    ```python
-    >>> import effax
-    >>> with effax.rng.seed(0):
-    ...     dice = effax.random.randint((100,), 1, 7)
-    >>> dice.shape, dice.dtype
-    ((100,), dtype('int32'))
-    >>> bool((1 <= dice).all() & (dice < 7).all())
-    True
-
-    ```
-    """
-    return jax.random.randint(stream.next_key(), shape, minval, maxval, dtype)
-
-
-def permutation(
-    x: int | ArrayLike, axis: int = 0, independent: bool = False, *, stream: RandomKey = rng
-) -> jax.Array:
-    """A random permutation of ``arange(x)`` (`x` an int) or of `x` along `axis`.
-
-    Calls `jax.random.permutation` with the next key of `stream`.
-
-    **Arguments:**
-
-    - `x`: an int ``n`` (permute ``arange(n)``) or an array to shuffle along `axis`.
-    - `axis`: the axis to shuffle.
-    - `independent`: shuffle each slice along `axis` independently.
-    - `stream`: the key stream to draw from (default `effax.rng`).
-
-    **Example:**
-
-    ```python
-    >>> import jax.numpy as jnp, effax
-    >>> with effax.rng.seed(0):
-    ...     order = effax.random.permutation(5)
-    ...     rows = effax.random.permutation(jnp.arange(6).reshape(3, 2))
-    >>> sorted(order.tolist())
-    [0, 1, 2, 3, 4]
-    >>> rows.shape, sorted(rows[:, 0].tolist())
-    ((3, 2), [0, 2, 4])
-
-    ```
-    """
-    return jax.random.permutation(stream.next_key(), x, axis, independent)
-
-
-def choice(
-    a: int | ArrayLike,
-    shape: Shape = (),
-    replace: bool = True,
-    p: ArrayLike | None = None,
-    axis: int = 0,
-    *,
-    stream: RandomKey = rng,
-) -> jax.Array:
-    """Random elements of `a` (an int ``n`` for ``arange(n)``, or an array).
-
-    Calls `jax.random.choice` with the next key of `stream`.
-
-    **Arguments:**
-
-    - `a`: an int ``n`` (sample from ``arange(n)``) or an array to sample along `axis`.
-    - `shape`: the shape of the result (default: a single sample).
-    - `replace`: sample with replacement; without it, ``prod(shape)`` must not exceed
-      the number of candidates.
-    - `p`: the probability of each candidate (default: uniform).
-    - `axis`: the axis of `a` to sample along.
-    - `stream`: the key stream to draw from (default `effax.rng`).
-
-    **Example:**
-
-    ```python
-    >>> import jax.numpy as jnp, effax
-    >>> with effax.rng.seed(0):
-    ...     picks = effax.random.choice(10, (3,), replace=False)
-    ...     weighted = effax.random.choice(
-    ...         jnp.array([10, 20, 30]), (4,), p=jnp.array([0.0, 1.0, 0.0])
-    ...     )
-    >>> picks.shape, len(set(picks.tolist()))
-    ((3,), 3)
-    >>> weighted.tolist()
-    [20, 20, 20, 20]
-
-    ```
-    """
-    return jax.random.choice(stream.next_key(), a, shape, replace, p, axis)
 
 
 def truncated_normal(
@@ -337,7 +163,6 @@ def truncated_normal(
 
     **Example:**
 
-    ```python
     >>> import effax
     >>> with effax.rng.seed(0):
     ...     x = effax.random.truncated_normal(-2.0, 2.0, (100,))
@@ -346,7 +171,6 @@ def truncated_normal(
     >>> bool((-2 <= x).all() & (x <= 2).all())
     True
 
-    ```
     """
     return jax.random.truncated_normal(stream.next_key(), lower, upper, shape, dtype)
 
@@ -364,7 +188,6 @@ def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> with effax.rng.seed(0):
     ...     g = effax.random.gumbel((3, 4))
@@ -373,7 +196,6 @@ def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
     >>> bool(jnp.isfinite(g).all())
     True
 
-    ```
     """
     return jax.random.gumbel(stream.next_key(), shape, dtype)
 
@@ -391,14 +213,12 @@ def exponential(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = 
 
     **Example:**
 
-    ```python
     >>> import effax
     >>> with effax.rng.seed(0):
     ...     waits = effax.random.exponential((100,))
     >>> waits.shape, bool((waits >= 0).all())
     ((100,), True)
 
-    ```
     """
     return jax.random.exponential(stream.next_key(), shape, dtype)
 
@@ -419,7 +239,6 @@ def gamma(
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> with effax.rng.seed(0):
     ...     x = effax.random.gamma(2.0, (100,))
@@ -429,7 +248,6 @@ def gamma(
     >>> per_a.shape
     (3,)
 
-    ```
     """
     return jax.random.gamma(stream.next_key(), a, shape, dtype)
 
@@ -455,7 +273,6 @@ def beta(
 
     **Example:**
 
-    ```python
     >>> import effax
     >>> with effax.rng.seed(0):
     ...     x = effax.random.beta(2.0, 5.0, (100,))
@@ -464,7 +281,6 @@ def beta(
     >>> bool((0 <= x).all() & (x <= 1).all())
     True
 
-    ```
     """
     return jax.random.beta(stream.next_key(), a, b, shape, dtype)
 
@@ -486,7 +302,6 @@ def dirichlet(
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> with effax.rng.seed(0):
     ...     p = effax.random.dirichlet(jnp.ones(3), (5,))
@@ -495,7 +310,6 @@ def dirichlet(
     >>> bool((p >= 0).all()), bool(jnp.allclose(p.sum(axis=-1), 1.0))
     (True, True)
 
-    ```
     """
     return jax.random.dirichlet(stream.next_key(), alpha, shape, dtype)
 
@@ -525,13 +339,11 @@ def multivariate_normal(
 
     **Example:**
 
-    ```python
     >>> import jax.numpy as jnp, effax
     >>> with effax.rng.seed(0):
     ...     x = effax.random.multivariate_normal(jnp.zeros(2), jnp.eye(2), (4,))
     >>> x.shape, x.dtype
     ((4, 2), dtype('float32'))
 
-    ```
     """
     return jax.random.multivariate_normal(stream.next_key(), mean, cov, shape, dtype, method)

@@ -23,7 +23,9 @@ find_py312() {
 run_suite() {  # run_suite NAME HYPOTHESIS_PROFILE
   local env=".venvs/$1"
   echo "==> $1: $("$env/bin/python" -c 'import sys, jax; print(f"python {sys.version.split()[0]}, jax {jax.__version__}")')"
-  HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-$2}" "$env/bin/python" -m pytest "${PYTEST_ARGS[@]}"
+  # one pytest worker per core (pytest-xdist); PYTEST_WORKERS=0 runs in one process
+  HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-$2}" "$env/bin/python" -m pytest \
+    -n "${PYTEST_WORKERS:-auto}" "${PYTEST_ARGS[@]}"
 }
 
 PYTEST_ARGS=("$@")
@@ -43,9 +45,9 @@ make_env py312 "$PY312" "[dev,docs]"
 echo "==> ruff"
 .venvs/default/bin/ruff check .
 .venvs/default/bin/ruff format --check .
-echo "==> mypy --strict effax/"
-.venvs/default/bin/mypy --strict effax
-.venvs/py312/bin/mypy --strict effax
+echo "==> mypy --strict effax/ effax_stubs/"
+.venvs/default/bin/mypy --strict effax effax_stubs
+.venvs/py312/bin/mypy --strict effax effax_stubs
 
 # 500 generated programs on the default JAX, 100 more on the second one
 run_suite default ci

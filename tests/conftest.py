@@ -22,11 +22,13 @@ def _check_leaks(request):
     """Every test runs under jax.checking_leaks(): no tracer outlives its trace.
 
     Only tests that leak a trace on purpose, to show effax refusing to use it, are
-    marked `leaks_on_purpose`; tests that count compilations (`counts_compiles`) run
-    without it too, since on some JAX versions leak checking bypasses the jit cache.
+    marked `leaks_on_purpose`; tests that count compilations or compile many programs
+    (`uses_jit_cache`) run without it too, since on some JAX versions (0.10) leak
+    checking bypasses the compile cache: every program and every eager operation
+    compiles anew.
     """
     if request.node.get_closest_marker("leaks_on_purpose") or request.node.get_closest_marker(
-        "counts_compiles"
+        "uses_jit_cache"
     ):
         yield
         return

@@ -78,7 +78,7 @@ def test_bench_compile_quick(benchmarks_on_path):
             assert all(s[k] > 0 for s in stages for k in ("trace", "lower", "compile", "total"))
 
 
-@pytest.mark.counts_compiles
+@pytest.mark.uses_jit_cache
 def test_bench_first_call_quick(benchmarks_on_path):
     results = load("bench_first_call").main(["--quick"])
     check_rows(results["rows"], {"7"})

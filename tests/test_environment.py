@@ -238,7 +238,7 @@ def test_effects_performed_only_for_some_shapes():
 # --- compiled once -----------------------------------------------------------------------
 
 
-@pytest.mark.counts_compiles
+@pytest.mark.uses_jit_cache
 @pytest.mark.parametrize("n_unrelated", [0, 1, 100])
 def test_one_trace_and_one_compile_however_many_unrelated_handlers(n_unrelated):
     unrelated = [fx.State[jax.Array](f"unrelated{i}") for i in range(n_unrelated)]
@@ -267,7 +267,7 @@ def test_one_trace_and_one_compile_however_many_unrelated_handlers(n_unrelated):
     assert traces == [(4,)]
 
 
-@pytest.mark.counts_compiles
+@pytest.mark.uses_jit_cache
 def test_compiles_as_often_as_plain_jit():
     def step(x):
         return jnp.sin(x) * scale.ask()

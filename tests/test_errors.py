@@ -284,3 +284,93 @@ def test_plumb_and_transform_rejects_bad_arguments():
         fx.handle(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="takes handlers"):
         fx.handle(lambda: None, steps)  # type: ignore[arg-type]
+
+
+WRAPPERS_WRITING_STATE = {
+    "scan": lambda f, w: fx.scan(lambda c, x: (c + f(w), None), 0.0, None, length=2)[0],
+    "cond": lambda f, w: fx.cond(w > 0, f, lambda w: 0.0 * w, w),
+    "while_loop": lambda f, w: fx.while_loop(lambda v: v < 1.0, lambda v: v + f(w) + 1.0, 0.0),
+    "grad": lambda f, w: fx.grad(f)(w) * w,
+    "vmap": lambda f, w: jnp.sum(fx.vmap(f, state="shared")(jnp.stack([w, w]))),
+    "jit": lambda f, w: fx.jit(f)(w),
+}
+
+
+@pytest.mark.parametrize("wrap", WRAPPERS_WRITING_STATE.values(), ids=WRAPPERS_WRITING_STATE)
+@pytest.mark.parametrize("raw", [jax.grad, jax.vmap], ids=["grad", "vmap"])
+def test_raw_transformation_around_a_wrapper_cannot_leak_into_outer_state(raw, wrap):
+    # The same write check for every wrapper: a value depending on the raw
+    # transformation's input must not be stored in a handler installed outside it.
+    def f(w):
+        steps.set(steps.get() + w)
+        return w * 2.0
+
+    def outer(w):
+        return wrap(f, w)
+
+    arg = jnp.float32(0.5) if raw is jax.grad else jnp.ones(3)
+    with steps.init(jnp.float32(0)) as cell:
+        with pytest.raises(fx.EffectLeakError, match=r"State\('steps'\)"):
+            raw(outer)(arg)
+    assert float(cell.value) == 0.0
+
+
+def test_one_error_taxonomy():
+    builtins = {
+        fx.UnhandledEffectError: LookupError,
+        fx.EffectLeakError: LookupError,
+        fx.UndeclaredEffectError: LookupError,
+        fx.EffectTypeError: TypeError,
+        fx.StateTypeError: TypeError,
+        fx.EffectUsageError: ValueError,
+    }
+    for error, builtin in builtins.items():
+        assert issubclass(error, fx.EffectError) and issubclass(error, builtin), error
+        assert error.__module__ == "effax"
+    assert issubclass(fx.StateTypeError, fx.EffectTypeError)
+
+
+MISUSES = {
+    "handlers(3)": (lambda: fx.handlers(3), fx.EffectTypeError, "takes handlers"),
+    "handle(fn, 3)": (lambda: fx.handle(lambda: 0, 3), fx.EffectTypeError, "takes handlers"),
+    "seed('x')": (lambda: dropout.seed("x"), fx.EffectTypeError, r"RandomKey\('dropout'\)"),
+    "unhashable static": (
+        lambda: fx.Ask[list]("m", static=True).provide([1]),
+        fx.EffectTypeError,
+        "must be hashable",
+    ),
+    "uses(3)": (lambda: fx.uses(3), fx.EffectTypeError, "takes effects"),
+    "plumb(3)": (
+        lambda: fx.plumb_and_transform(
+            3,
+            transform_to_apply=jax.jit,
+            compute_extra_input_before=lambda: 0,
+            create_context_managers_after=lambda x: [],
+        ),
+        fx.EffectTypeError,
+        "must be callable",
+    ),
+    "emit in while_loop": (
+        lambda: fx.handle(
+            lambda: fx.while_loop(lambda x: x < 2, lambda x: (aux.emit(x), x + 1)[1], 0.0),
+            aux.collect(),
+        )(),
+        fx.EffectUsageError,
+        r"Emit\('aux'\) emitted values inside effax.while_loop",
+    ),
+    "cond emits differ": (
+        lambda: fx.handle(
+            lambda: fx.cond(True, lambda: aux.emit(jnp.float32(1)), lambda: None),
+            aux.collect(),
+        )(),
+        fx.EffectUsageError,
+        r"Emit\('aux'\) emitted different numbers",
+    ),
+}
+
+
+@pytest.mark.parametrize("misuse", MISUSES.values(), ids=MISUSES)
+def test_misuse_raises_an_effax_error(misuse):
+    thunk, error, message = misuse
+    with pytest.raises(error, match=message):
+        thunk()

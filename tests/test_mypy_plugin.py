@@ -236,12 +236,12 @@ def test_plugin_hooks_are_only_about_effax():
     hooks.set_modules({})
     for name in ["builtins.print", "jax.jit", "numpy.sum", "mymodule.helper", "effax.Effect"]:
         assert hooks.get_function_hook(name) is None
-    for name in ["builtins.list.append", "effax._effects.Handler.export", "mymodule.C.m"]:
+    for name in ["builtins.list.append", "effax._protocol.Handler.export", "mymodule.C.m"]:
         assert hooks.get_method_hook(name) is None
     assert hooks.get_function_hook("effax._uses.uses") is not None
     assert hooks.get_function_hook("effax._control.scan") is not None
-    assert hooks.get_method_hook("effax._effects.State.get") is not None
-    assert hooks.get_method_hook("effax._effects.Ask.provide") is not None
+    assert hooks.get_method_hook("effax._state.State.get") is not None
+    assert hooks.get_method_hook("effax._ask.Ask.provide") is not None
 
 
 def test_unsupported_mypy_versions_get_no_hooks(capsys):

@@ -2,7 +2,9 @@
 
 import asyncio
 import threading
+from typing import Any
 
+import attrs
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,6 +97,54 @@ def test_handler_escaping_its_trace_is_refused():
     with pytest.raises(fx.EffectLeakError, match="escaped the transformation"):
         with fx.handlers(escaped[0]):
             pass
+
+
+class Counter(fx.Effect["Tally"]):
+    def __init__(self, name):
+        self.name = name
+
+    def tick(self):
+        tally = self.handler()
+        tally.count = tally.count + 1
+
+
+@attrs.define  # eq=True: not hashable, and no bookkeeping field of its own
+class Tally(fx.Handler[Counter]):
+    effect: Counter
+    count: Any = 0
+    fields = fx.Fields(carry="count")
+
+    @property
+    def value(self):
+        return self.count
+
+    @classmethod
+    def rebuild(cls, effect, static, const, carry):
+        return cls(effect, carry)
+
+
+events = Counter("events")
+
+
+@pytest.mark.leaks_on_purpose
+def test_user_defined_handler_escaping_its_trace_is_refused():
+    # the escaped-handler check applies to every handler, not only the built-in ones
+    escaped = []
+
+    @jax.jit
+    def f(x):
+        escaped.append(Tally(events, x))
+        return x
+
+    f(jnp.int32(1))
+    with pytest.raises(fx.EffectLeakError, match=r"Counter\('events'\) was created under a JAX"):
+        with escaped[0]:
+            pass
+    with pytest.raises(fx.EffectLeakError, match="escaped the transformation"):
+        fx.handle(events.tick, escaped[0], transform=jax.jit)()
+    with Tally(events, jnp.int32(0)) as fine:  # made here: installs and counts
+        fx.jit(events.tick)()
+    assert int(fine.value) == 1
 
 
 def test_generator_outliving_its_handler_raises_unhandled():

@@ -1,0 +1,99 @@
+"""`Ask`: a context value, and `Provider`, its handler."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from ._effect import Effect
+from ._errors import EffectTypeError
+from ._protocol import Fields, Handler, PyTree
+
+__all__ = ["Ask", "Provider"]
+
+T = TypeVar("T")
+
+
+class Ask(Effect["Provider[T]"], Generic[T]):
+    """A context value: library code asks for it, the program entry provides it.
+
+    With `static=False` (the default) the value is a pytree of arrays and crosses
+    ``jax.jit`` as an input, so changing it never retraces. With `static=True` it must
+    be hashable; it becomes part of the compilation cache key and is a Python
+    constant inside (use it for configuration that changes the traced code).
+
+    **Example:**
+
+    >>> import effax
+    >>> temperature = effax.Ask[float]("temperature")
+    >>> with temperature.provide(0.5):
+    ...     temperature.ask()
+    0.5
+
+    """
+
+    __slots__ = ("static",)
+    handler_hint = "{name}.provide(value)"
+    static: bool
+
+    def __init__(self, name: str, *, static: bool = False) -> None:
+        super().__init__(name)
+        self.static = static
+
+    def ask(self) -> T:
+        """The value provided by the innermost handler."""
+        return self.handler().provided
+
+    def provide(self, value: T) -> Provider[T]:
+        """A handler that answers `ask()` with `value`."""
+        if self.static:
+            try:
+                hash(value)
+            except TypeError as exc:
+                raise EffectTypeError(
+                    f"{self!r} is static, so its value must be hashable (it is part of the "
+                    f"jit cache key), but got an unhashable {type(value).__name__}: {exc}. "
+                    "Pass a hashable value (a tuple, a frozen dataclass), or declare the "
+                    "effect with static=False to pass arrays as traced inputs."
+                ) from None
+        return Provider(self, value)
+
+
+@attrs.define(eq=False)
+class Provider(Handler[Ask[T]]):
+    """The handler of an :class:`Ask`: answers with a fixed value.
+
+    Made by `Ask.provide`; its `value` is the provided value.
+
+    **Example:**
+
+    >>> import effax
+    >>> lr = effax.Ask[float]("lr")
+    >>> with lr.provide(0.1) as provider:
+    ...     lr.ask()
+    0.1
+    >>> provider.value, provider.effect
+    (0.1, Ask('lr'))
+
+    """
+
+    effect: Ask[T]
+    provided: T
+
+    @property
+    def value(self) -> T:
+        return self.provided
+
+    @property
+    def fields(self) -> Fields:
+        return _STATIC_PROVIDED if self.effect.static else _TRACED_PROVIDED
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Provider[T]:
+        return cls(effect, static if effect.static else const)
+
+
+# A static value is part of the cache key; a traced one is an input of the region.
+_STATIC_PROVIDED = Fields(static="provided")
+_TRACED_PROVIDED = Fields(const="provided")

@@ -1,0 +1,111 @@
+"""`handlers(...)`: installing several handlers at once, and `Handlers`, the bundle."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar, overload
+
+from . import _context
+from ._ask import Ask
+from ._effect import Effect
+from ._emit import Emit
+from ._errors import EffectTypeError
+from ._protocol import Handler, check_home
+from ._random_key import KeyState, RandomKey
+from ._state import State
+
+__all__ = ["Handlers", "handlers"]
+
+T = TypeVar("T")
+S = TypeVar("S")
+H = TypeVar("H", bound="Handler[Any]")
+
+
+class Handlers(Mapping[Effect[Any], Any]):
+    """The installed handlers, keyed by effect: ``hs[effect]`` is that handler's state.
+
+    For a `State` it is the (final) value, for an `Emit` the list of collected
+    values, for an `Ask` the provided value, for a `RandomKey` its `KeyState`.
+    Made by `effax.handlers`; a context manager that installs them all (later ones
+    innermost), and a read-only mapping that stays readable after its scope ends.
+
+    **Example:**
+
+    >>> import jax.numpy as jnp, effax
+    >>> steps = effax.State[jnp.ndarray]("steps")
+    >>> log = effax.Emit[int]("log")
+    >>> with effax.handlers(steps.init(jnp.int32(0)), log.collect(), effax.rng.seed(0)) as hs:
+    ...     steps.set(steps.get() + 1)
+    ...     log.emit(7)
+    ...     _ = effax.rng.next_key()
+    >>> int(hs[steps]), hs[log], hs[effax.rng].counter
+    (1, [7], 1)
+    >>> len(hs), type(hs.handler(log)).__name__
+    (3, 'Collector')
+
+    """
+
+    __slots__ = ("_handlers", "_tokens")
+
+    def __init__(self, handlers: tuple[Handler[Any], ...]) -> None:
+        for handler in handlers:
+            if not isinstance(handler, Handler):
+                raise EffectTypeError(
+                    "effax.handlers(...) takes handlers (e.g. `temperature.provide(0.5)`, "
+                    f"`steps.init(0)`), but got {type(handler).__name__}: {handler!r}."
+                )
+        self._handlers = {h.effect: h for h in handlers}
+        self._tokens: list[Any] = []
+
+    @overload
+    def __getitem__(self, effect: State[S]) -> S: ...
+    @overload
+    def __getitem__(self, effect: Emit[T]) -> list[T]: ...
+    @overload
+    def __getitem__(self, effect: Ask[T]) -> T: ...
+    @overload
+    def __getitem__(self, effect: RandomKey) -> KeyState: ...
+    @overload
+    def __getitem__(self, effect: Effect[Any]) -> Any: ...
+    def __getitem__(self, effect: Effect[Any]) -> Any:
+        try:
+            return self._handlers[effect].value
+        except KeyError:
+            raise KeyError(f"No handler for {effect!r} among these handlers.") from None
+
+    def handler(self, effect: Effect[H]) -> H:
+        """The handler object installed for `effect`."""
+        return self._handlers[effect]  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator[Effect[Any]]:
+        return iter(self._handlers)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def __enter__(self) -> Handlers:
+        for handler in self._handlers.values():
+            check_home(handler)
+        self._tokens.append(_context.push(tuple(self._handlers.values())))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _context.pop(self._tokens.pop())
+
+
+def handlers(*handlers: Handler[Any]) -> Handlers:
+    """Install several handlers at once (later ones innermost).
+
+    **Example:**
+
+    >>> import jax.numpy as jnp, effax
+    >>> scale = effax.Ask[float]("scale")
+    >>> total = effax.State[jnp.ndarray]("total")
+    >>> with effax.handlers(scale.provide(2.0), total.init(jnp.float32(0))) as hs:
+    ...     total.set(total.get() + scale.ask())
+    ...     total.set(total.get() + scale.ask())
+    >>> float(hs[total])
+    4.0
+
+    """
+    return Handlers(handlers)

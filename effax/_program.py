@@ -1,0 +1,471 @@
+"""Compiled programs of a handled function, one per trace environment.
+
+A compiled handled function keeps one *program* (the transformed plumbing wrapper)
+per **environment**: what every handler lookup made while tracing it found. For
+each effect the function was seen to look up, the environment records
+
+- a plumbed handler: its effect, class and `Fields`, and its static export,
+  compared as ``jax.jit`` compares static arguments (type included). Its const and
+  carry are passed in as arguments, so their tree structure, shapes, dtypes and
+  None-ness are part of ``jax.jit``'s own cache key;
+- or why there was none to plumb: no handler (``None``), a `Blocked` marker, or a
+  handler installed behind a staging trace (`UNREACHABLE`).
+
+The set of effects looked up, the *row*, is learnt by tracing (`Function.learn`).
+Any trace (``jax.jit`` traces again for new shapes) that looks up an effect outside
+its program's environment aborts once the user's function has returned, before
+anything is compiled (`Retrace`), and the call is retried under the widened row: no
+exception of effax's ever passes through user code, whose ``try``/``except`` around
+a perform cannot change which program runs. Handlers visible but not plumbed are
+seen inside as *stand-ins* (rebuilt from their current values), so a lookup of one
+is recorded, not raised. How a call finds its program is `_callpath`'s business.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools as ft
+import threading
+import weakref
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+
+from . import _context, _trace, _warmpath
+from ._context import Blocked, Tracked
+from ._effect import Effect
+from ._plumb import Transform, apply_transform, normalize_transform
+from ._protocol import Export, Fields, Handler, Outcome, check_home
+from ._region import outcomes_of, run_inside
+
+__all__ = [
+    "LOCK",
+    "PENDING",
+    "UNREACHABLE",
+    "Function",
+    "Pending",
+    "Plan",
+    "Program",
+    "Resolved",
+    "Retrace",
+    "flat_inputs",
+    "plumbed_keys",
+    "resolve",
+]
+
+LOCK = threading.RLock()
+
+
+# --- the environment ------------------------------------------------------------------
+
+# Why a looked-up effect has no plumbed handler (besides None: no handler at all, and
+# a `Blocked` marker): its handler was installed behind a staging trace.
+UNREACHABLE = "unreachable"
+
+# One looked-up effect: (effect, what was found, static export). `what` is
+# (class, fields) for a plumbed handler, else None, a `Blocked` marker or
+# `UNREACHABLE`; the static export is ``(type, value)`` or None.
+Key = tuple[Effect[Any], Any, Any]
+Plan = tuple[Key, ...]
+
+
+def static_key(static: Hashable) -> Any:
+    """A static export as a cache key: ``1``, ``1.0`` and ``True`` stay apart."""
+    return None if static is None else (type(static), static)
+
+
+def slots(cls: type[Handler[Any]], fields: Fields | None) -> tuple[bool, bool]:
+    """Whether a handler of this kind passes a const and a carry in (in that order).
+
+    Derived from the kind alone, so that the inputs of a program follow from its
+    plan: fields-based exports pass the fields they name, others both parts.
+    """
+    if fields is not None and cls.export is Handler.export:
+        return fields.const is not None, fields.carry is not None
+    return True, True
+
+
+class Resolved(NamedTuple):
+    """An environment under a handler stack: its plan, and the handlers to plumb
+    (with their exports) in the plan's order."""
+
+    plan: Plan
+    handlers: tuple[Handler[Any], ...]
+    exports: tuple[Export, ...]
+
+
+def resolve(
+    stack: _context.Stack,
+    effects: Sequence[Effect[Any]],
+    own: Sequence[Handler[Any]],
+    *,
+    note: bool,
+) -> Resolved:
+    """What a lookup of each of `effects` finds under `stack`, then `own`.
+
+    With `note`, the enclosing traced regions and recorders learn that the call
+    depends on these lookups (a compiled call inside a traced body).
+    """
+    trace = _trace.current_trace_ref()
+    keys: list[Key] = []
+    handlers: list[Handler[Any]] = []
+    for effect in effects:
+        entry = stack.get(effect)
+        why: Any = None
+        if entry is not None:
+            handler, ref = entry
+            if ref is not trace:
+                if isinstance(ref, Blocked):
+                    why = ref
+                elif type(ref) is Tracked:
+                    if note:
+                        ref.used.add(effect)
+                    ref = ref.ref
+                if why is None and ref is not trace and _trace.reachability(ref) != "ok":
+                    why = UNREACHABLE
+            if why is None:
+                handlers.append(handler)
+                continue
+        if note:
+            _context.note_missing(effect)
+        keys.append((effect, why, None))
+    for handler in own:
+        check_home(handler)
+    handlers.extend(own)
+    exports = tuple(h.export() for h in handlers)
+    keys.extend(
+        (h.effect, (type(h), h.fields), static_key(e.static))
+        for h, e in zip(handlers, exports, strict=True)
+    )
+    return Resolved(tuple(keys), tuple(handlers), exports)
+
+
+def flat_inputs(plan: Plan, exports: Sequence[Export]) -> list[Any]:
+    """The plumbed arguments of a call: each handler's const and carry slots."""
+    flat = []
+    for (_, (cls, fields), _), export in zip(plumbed_keys(plan), exports, strict=True):
+        has_const, has_carry = slots(cls, fields)
+        if has_const:
+            flat.append(export.const)
+        if has_carry:
+            flat.append(export.carry)
+    return flat
+
+
+def plumbed_keys(plan: Plan) -> list[Key]:
+    return [key for key in plan if type(key[1]) is tuple]
+
+
+# --- one program per environment ------------------------------------------------------
+
+
+@jax.tree_util.register_static
+class _StaticOut:
+    """A pytree node with no leaves: carries a trace's output layout (what its
+    handlers' outcomes were at trace time) out of every call of the cached program
+    at no device cost. Interned per program, so that the warm path recognises its
+    layout by identity."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Hashable) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _StaticOut and other.value == self.value
+
+
+# Per plumbed handler: its outcome's static part, whether a carry and values came out.
+Layout = tuple[tuple[Hashable, bool, bool], ...]
+
+
+class Retrace(BaseException):
+    """Internal: a trace looked up an effect outside its program's environment.
+
+    Raised by the plumbing wrapper after the user's function returned (never
+    through user code), so that the trace is dropped before anything is compiled;
+    caught where the program was called, which retries under the widened row.
+    """
+
+
+class Pending(NamedTuple):
+    """What the caller of a program tells its wrapper's next trace: `discover`,
+    learn the row (never retrace); `replay`, a traced jaxpr that stands in for the
+    body (see `Function.replay`)."""
+
+    program: Program
+    discover: bool
+    replay: Callable[..., Any] | None
+
+
+PENDING: contextvars.ContextVar[Pending | None] = contextvars.ContextVar(
+    "effax.pending", default=None
+)
+
+
+class Program:
+    """The transformed plumbing wrapper of one environment (`plan`).
+
+    A call takes the plumbed handlers' slots, then `fn`'s arguments, and returns
+    ``(out, outputs)``: the carries and values of the outcomes that have them. The
+    first trace's layout is implied by `outputs` being a tuple; a trace with another
+    layout (other shapes can draw another number of keys) returns a list that ends
+    with its layout as a static node, so the common case costs no extra node.
+    """
+
+    def __init__(self, function: Function, plan: Plan) -> None:
+        self.plan = plan
+        self.keyed = {key[0] for key in plan}
+        plumbed = plumbed_keys(plan)
+        self.plumbed = frozenset(key[0] for key in plumbed)
+        self.inner_plan = tuple((e, what[0], None if s is None else s[1]) for e, what, s in plumbed)
+        self.slots = [slots(*what) for _, what, _ in plumbed]
+        self.n_in = sum(a + b for a, b in self.slots)
+        self.first: Layout | None = None
+        self.layouts: dict[Layout, _StaticOut] = {}
+        # generated warm paths, by (layout node, handler fields, depends on the stack)
+        self.warm: dict[Any, _warmpath.Template] = {}
+        self.abstract = function.abstract
+        self.fn = function.transformed(self)
+
+    def outputs(self, layout: Layout, outputs: list[Any]) -> tuple[Any, ...] | list[Any]:
+        """What a trace with `layout` returns (the first layout seen is implied)."""
+        with LOCK:
+            if self.first is None:
+                self.first = layout
+        if layout == self.first:
+            return tuple(outputs)
+        with LOCK:
+            node = self.layouts.setdefault(layout, _StaticOut(layout))
+        return [*outputs, node]
+
+    def layout(self, outputs: tuple[Any, ...] | list[Any]) -> tuple[Layout, Sequence[Any]]:
+        """The layout of a call's `outputs`, and the outputs without it."""
+        if type(outputs) is tuple:
+            assert self.first is not None
+            return self.first, outputs
+        return outputs[-1].value, outputs[:-1]
+
+    def outcomes(self, outputs: tuple[Any, ...] | list[Any]) -> list[Outcome]:
+        """The plumbed handlers' outcomes, from a call's `outputs`."""
+        layout, parts = self.layout(outputs)
+        remaining = iter(parts)
+        return [
+            Outcome(
+                static,
+                next(remaining) if has_carry else None,
+                next(remaining) if has_values else None,
+            )
+            for static, has_carry, has_values in layout
+        ]
+
+    def pack(self, outcomes: Sequence[Outcome]) -> tuple[Any, ...] | list[Any]:
+        """The `outputs` a trace returns for its handlers' `outcomes`."""
+        outputs: list[Any] = []
+        layout = []
+        for outcome in outcomes:
+            has_carry, has_values = outcome.carry is not None, _present(outcome.values)
+            if has_carry:
+                outputs.append(outcome.carry)
+            if has_values:
+                outputs.append(outcome.values)
+            layout.append((outcome.static, has_carry, has_values))
+        return self.outputs(tuple(layout), outputs)
+
+
+def _present(values: Any) -> bool:
+    return values is not None and not (isinstance(values, (tuple, list)) and not values)
+
+
+class Function:
+    """Everything compiled for one function under one transformation: the row it
+    was seen to look up and a program per environment. Shared by every `handle`
+    of the same function and transformation (`_shared`), so that ``effax.jit(f)``
+    written inline reuses its programs as ``jax.jit(f)`` does; it holds `fn` weakly
+    where it can, so that the cache does not keep `fn` alive."""
+
+    def __init__(
+        self, fn: Callable[..., Any], transform: Transform, own: tuple[Handler[Any], ...]
+    ) -> None:
+        try:
+            self.fn_ref: Callable[[], Callable[..., Any] | None] = weakref.ref(fn)
+        except TypeError:
+            self.fn_ref = lambda: fn
+        self.transform, self.abstract = _abstract(transform)
+        self.own = own
+        own_effects = {h.effect for h in own}
+        # The outer effects the function looks up, in a fixed order (the plan's
+        # order is part of the cache key); None until the first trace.
+        self.row: dict[Effect[Any], None] | None = None
+        declared = getattr(fn, "__effax_row__", None)  # set by `effax.uses`
+        if declared is not None:
+            self.row = {e: None for e in declared if e not in own_effects}
+        self.own_effects = frozenset(own_effects)
+        self.programs: dict[Plan, Program] = {}
+
+    def target(self) -> Callable[..., Any]:
+        """The handled function (alive: its handled function is being called)."""
+        fn = self.fn_ref()
+        assert fn is not None, "effax internal error: a handled function was collected"
+        return fn
+
+    def learn(self, effects: Sequence[Effect[Any]]) -> None:
+        with LOCK:
+            if self.row is None:
+                self.row = {}
+            for effect in effects:
+                if effect not in self.own_effects:
+                    self.row.setdefault(effect, None)
+
+    def program(self, plan: Plan) -> Program:
+        program = self.programs.get(plan)
+        if program is None:
+            with LOCK:
+                program = self.programs.get(plan)
+                if program is None:
+                    program = self.programs[plan] = Program(self, plan)
+        return program
+
+    def transformed(self, program: Program) -> Callable[..., Any]:
+        """Apply the transformation to the plumbing wrapper of `program`."""
+        target = self.target
+        function = self
+
+        def wrapper(*flat: Any, **kwargs: Any) -> Any:
+            pending = PENDING.get()
+            if pending is not None and pending.program is program and pending.replay:
+                replayed = pending.replay(flat, kwargs)
+                if replayed is not None:
+                    return replayed
+            inputs = iter(flat[: program.n_in])
+            dynamic = [
+                (next(inputs) if has_const else None, next(inputs) if has_carry else None)
+                for has_const, has_carry in program.slots
+            ]
+            used: set[Effect[Any]] = set()
+            missing: set[Effect[Any]] = set()
+            out, inner = run_inside(
+                program.inner_plan,
+                dynamic,
+                target(),
+                flat[program.n_in :],
+                kwargs,
+                track=used,
+                standins=_standins(program),
+                recorder=missing,
+            )
+            outcomes = outcomes_of(program.inner_plan, dynamic, inner, carry_required=False)
+            looked = [key[0] for key in program.plan if key[0] in used]
+            looked += [e for e in used if e not in program.keyed]
+            looked += [e for e in missing if e not in used]
+            function.learn(looked)
+            discovering = pending is not None and pending.program is program and pending.discover
+            if not discovering and not program.keyed.issuperset(looked):
+                raise Retrace  # this trace depends on more than its program's key
+            return out, program.pack(outcomes)
+
+        n = program.n_in
+        return apply_transform(self.transform, wrapper, self.target(), lambda o: (o, None), n)
+
+    @staticmethod
+    def replay(
+        wide: Program,
+        wide_exports: Sequence[Export],
+        program: Program,
+        resolved: Resolved,
+        traced: Any,
+    ) -> Callable[..., Any] | None:
+        """A replay of `wide`'s traced jaxpr for the narrower `program` of `resolved`.
+
+        The body was traced once with every reachable handler plumbed in; the
+        handlers `program` leaves out were not looked up, so once the outputs that
+        only they need are pruned, what is left reads none of their inputs. It is
+        evaluated with the narrower program's inputs. Returns None if that does not
+        hold (the narrower program then traces the body itself).
+        """
+        jaxpr = getattr(traced, "jaxpr", None)
+        out_tree = getattr(traced, "out_tree", None)
+        if jaxpr is None or out_tree is None:
+            return None
+        index = {key[0]: i for i, key in enumerate(plumbed_keys(wide.plan))}
+        chosen = [index[h.effect] for h in resolved.handlers]
+        if chosen != sorted(chosen):  # pragma: no cover - the row keeps the wide order
+            return None
+        # Which output leaves to keep: the function's, and the chosen handlers'.
+        numbered = jax.tree.unflatten(out_tree, range(out_tree.num_leaves))
+        outcomes = wide.outcomes(numbered[1])
+        keep = set(jax.tree.leaves(numbered[0]))
+        for i in chosen:
+            keep.update(jax.tree.leaves((outcomes[i].carry, outcomes[i].values)))
+        evaluate, used = _trace.prune(jaxpr, [i in keep for i in range(out_tree.num_leaves)])
+        # Which input leaves belong to a chosen handler: they must be the only
+        # handler inputs still used.
+        owner = [
+            i
+            for i, (has, export) in enumerate(zip(wide.slots, wide_exports, strict=True))
+            for _ in jax.tree.leaves(_parts(has, export))
+        ]
+        if any(u and owner[i] not in chosen for i, u in enumerate(used[: len(owner)])):
+            return None
+        in_avals = list(jaxpr.in_avals)
+
+        def replay(flat: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+            n = program.n_in
+            args = [
+                leaf
+                for leaf in jax.tree.leaves((flat[n:], kwargs))
+                if isinstance(leaf, jax.core.Tracer)
+            ]
+            slot_leaves = iter(jax.tree.leaves(flat[:n]))
+            leaves = [next(slot_leaves) if owner[i] in chosen else None for i in range(len(owner))]
+            leaves += args
+            if len(leaves) != len(in_avals) or any(
+                u and jax.typeof(leaf) != aval
+                for leaf, aval, u in zip(leaves, in_avals, used, strict=True)
+            ):
+                return None
+            results = iter(evaluate(*(leaf for leaf, u in zip(leaves, used, strict=True) if u)))
+            outs = [next(results) if i in keep else None for i in range(out_tree.num_leaves)]
+            out, outputs = jax.tree.unflatten(out_tree, outs)
+            outcomes = wide.outcomes(outputs)
+            return out, program.pack([outcomes[i] for i in chosen])
+
+        return replay
+
+
+def _parts(has: tuple[bool, bool], export: Export) -> list[Any]:
+    return ([export.const] if has[0] else []) + ([export.carry] if has[1] else [])
+
+
+def _standins(program: Program) -> list[Handler[Any]]:
+    """Handlers visible at the call but not plumbed into `program`, rebuilt from
+    their current values: performing one inside records the lookup (the trace is
+    then dropped and the effect plumbed in) without raising through user code, and
+    changes nothing outside."""
+    standins = []
+    for effect, (handler, ref) in _context.current_stack().items():
+        if effect in program.plumbed or isinstance(ref, Blocked):
+            continue
+        if type(ref) is Tracked:
+            ref = ref.ref
+        if _trace.stagings_between(ref) not in (0, 1):  # behind the caller's own staging
+            continue
+        export = handler.export()
+        standins.append(type(handler).rebuild(effect, export.static, export.const, export.carry))
+    return standins
+
+
+def _abstract(transform: Transform) -> tuple[Transform, bool]:
+    """`transform` as a decorator, and whether its results are abstract.
+
+    ``jax.eval_shape(fn, *args)`` is not a decorator: it is applied to the wrapper
+    here, and its (abstract) outcomes are never absorbed.
+    """
+    transform = normalize_transform(transform)
+    if transform is jax.eval_shape:
+        return (lambda f: ft.partial(jax.eval_shape, f)), True
+    return transform, False

@@ -1,0 +1,355 @@
+"""The plumbing protocol: what a handler sends into a traced region and back.
+
+Every handler speaks it: `Handler` (its `export`, `rebuild`, `outcome` and
+`absorb`, or just `fields`, an `effax.Fields` naming the attributes that cross),
+`Export` and `Outcome` (what crosses, in and out), and `BatchPolicy` (how a
+batched region asks a handler to cross). `effax.handle`, the control-flow wrappers
+and the transformation wrappers are written once against it, so a user-defined
+effect works everywhere the built-in ones do.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, NoReturn, TypeVar
+
+from . import _context, _trace
+from ._errors import EffectLeakError
+
+if TYPE_CHECKING:
+    from ._effect import Effect
+
+__all__ = ["BatchPolicy", "Export", "Fields", "Handler", "Outcome", "check_home", "home_of"]
+
+H = TypeVar("H", bound="Handler[Any]")
+E = TypeVar("E", bound="Effect[Any]")
+
+PyTree = Any
+
+
+# The context-variable tokens of handlers currently entered as context managers, by
+# handler id (entries are removed on exit, so ids are never stale). Kept here rather
+# than on the handler so that user-defined handlers need no bookkeeping field.
+_ENTERED: dict[int, list[Any]] = {}
+
+
+class Export(NamedTuple):
+    """What a handler sends into a traced region.
+
+    - `static`: a hashable Python value. It is part of the compilation cache key
+      (changing it retraces) and is seen as a plain Python value inside.
+    - `const`: a pytree of arrays, read-only inside (a loop constant in `scan`).
+    - `carry`: a pytree of arrays that the region may update; it comes back out with
+      the same structure, shapes and dtypes (the carry of a `scan`).
+
+    A handler's :meth:`Handler.export` returns one; see :class:`Handler` for a
+    user-defined handler.
+
+    **Example:** what the built-in handlers export.
+
+    >>> import jax.numpy as jnp, effax
+    >>> effax.Ask[float]("lr").provide(0.1).export()  # traced input: no retrace
+    Export(static=None, const=0.1, carry=None)
+    >>> effax.Ask[str]("mode", static=True).provide("train").export()  # cache key
+    Export(static='train', const=None, carry=None)
+    >>> effax.State[jnp.ndarray]("steps").init(jnp.int32(3)).export()  # updated inside
+    Export(static=None, const=None, carry=Array(3, dtype=int32))
+
+    """
+
+    static: Hashable = None
+    const: PyTree = None
+    carry: PyTree = None
+
+
+class Outcome(NamedTuple):
+    """What a handler rebuilt inside a traced region sends back out.
+
+    - `static`: a hashable Python value known at trace time (e.g. how many keys were
+      drawn); it leaves a compiled function without a device round trip.
+    - `carry`: the updated carry (same structure as `Export.carry`), or `None` when
+      `static` already says everything and no loop requires the carry.
+    - `values`: a pytree of per-call outputs. In a loop of n steps each leaf comes
+      back stacked along a new leading axis of size n.
+
+    A handler's :meth:`Handler.outcome` returns one; see :class:`Handler` for a
+    user-defined handler.
+
+    **Example:** what the built-in handlers send back out.
+
+    >>> import effax
+    >>> log = effax.Emit[int]("log")
+    >>> with log.collect() as collector:
+    ...     log.emit(1)
+    ...     log.emit(2)
+    >>> collector.outcome(carry_required=False)
+    Outcome(static=None, carry=None, values=(1, 2))
+    >>> with effax.rng.seed(0) as stream:
+    ...     _ = [effax.rng.next_key() for _ in range(3)]
+    >>> stream.outcome(carry_required=False)  # 3 keys drawn, known at trace time
+    Outcome(static=3, carry=None, values=None)
+    >>> stream.outcome(carry_required=True).carry  # a loop also needs the counter
+    Array(3, dtype=int32)
+
+    """
+
+    static: Hashable = None
+    carry: PyTree = None
+    values: PyTree = None
+
+
+class BatchPolicy(NamedTuple):
+    """How handlers enter a batched region (`effax.vmap`, `effax.shard_map`).
+
+    - `keys`: ``"split"``, each batch element (device) draws its own keys: the
+      stream draws one key ``K`` and element ``b`` uses a stream seeded with
+      ``fold_in(K, b)``; or ``"shared"``, every element draws the keys the
+      unbatched program would.
+    - `state`: ``"shared"``, one value for the whole batch (writing a batched value
+      raises); or ``"batched"``, the value carries the batch along its leading axis.
+    - `axis_names`: the named axes of the region (for `lax.axis_index`).
+
+    `effax.vmap` and `effax.shard_map` build it from their `keys=` and `state=`
+    options and pass it to each handler's :meth:`Handler.batch_export` and
+    :meth:`Handler.batch_absorb`.
+
+    **Example:** a `StateCell` maps its carry over axis 0 only when state is batched.
+
+    >>> import jax.numpy as jnp, effax
+    >>> cell = effax.State[jnp.ndarray]("w").init(jnp.zeros(3))
+    >>> policy = effax.BatchPolicy(keys="split", state="batched", axis_names=("batch",))
+    >>> export, axis = cell.batch_export(policy)
+    >>> axis
+    0
+    >>> cell.batch_export(policy._replace(state="shared"))[1] is None
+    True
+
+    """
+
+    keys: Literal["split", "shared"]
+    state: Literal["shared", "batched"]
+    axis_names: tuple[Hashable, ...]
+
+
+class Fields(NamedTuple):
+    """Where a handler keeps what crosses a traced boundary, by attribute name.
+
+    A handler class that sets ``fields`` gets :meth:`Handler.export`,
+    :meth:`Handler.outcome` and :meth:`Handler.absorb` derived from it, and
+    `effax.handle` turns each compiled call into straight-line reads and writes of
+    these attributes (no protocol method calls, no `Export`/`Outcome` objects),
+    which is what keeps a handled call as cheap as a plain ``jax.jit`` call. Each
+    entry is an attribute name, or `None` for "nothing":
+
+    - `static`: read as `Export.static` (hashable; part of the cache key).
+    - `const`: read as `Export.const` (read-only inside).
+    - `carry`: read as `Export.carry`, sent back out as `Outcome.carry`, and set from
+      the outcome by `absorb`.
+    - `values`: a list; sent out as `Outcome.values` (a tuple) and extended by
+      `absorb` with the values that come back.
+    - `advance`: an int that `absorb` advances by ``steps * outcome.static`` when
+      the outcome's static part is an int and `steps` is known (then the carry is
+      not taken: the count says everything). The derived `outcome` reports no
+      count; a handler using `advance` overrides `outcome` to report it, as
+      `KeyStream` does (how many keys were drawn).
+
+    Attributes may be properties (a `carry` property needs a setter). A handler's
+    `fields` must not change after it is created.
+
+    **Example:** the built-in handlers' fields.
+
+    >>> import jax.numpy as jnp, effax
+    >>> effax.State[jnp.ndarray]("w").init(jnp.zeros(2)).fields
+    Fields(static=None, const=None, carry='value', values=None, advance=None)
+    >>> effax.Emit[int]("log").collect().fields
+    Fields(static=None, const=None, carry=None, values='values', advance=None)
+    >>> effax.rng.seed(0).fields
+    Fields(static=None, const='base_key', carry='counter', values=None, advance='offset')
+
+    """
+
+    static: str | None = None
+    const: str | None = None
+    carry: str | None = None
+    values: str | None = None
+    advance: str | None = None
+
+
+def _no_fields(handler: Handler[Any], method: str) -> NoReturn:
+    raise NotImplementedError(
+        f"{type(handler).__name__} must either set `fields` (an effax.Fields naming the "
+        f"attributes that cross a traced boundary) or override {method}()."
+    )
+
+
+class Handler(abc.ABC, Generic[E]):
+    """Base class of every handler: a context manager, a cell, and the plumbing protocol.
+
+    A handler handles one effect (`self.effect`). To cross a traced boundary, the
+    runtime calls, in order:
+
+    1. :meth:`export` on the handler installed outside;
+    2. :meth:`rebuild` (a classmethod) inside the traced function, with the exported
+       parts as traced values, to make the handler installed inside;
+    3. :meth:`outcome` on that inner handler after the traced body ran;
+    4. :meth:`absorb` on the outer handler, with the outcome, after the call returned
+       successfully. If the call raises, nothing is absorbed: the outer handler stays
+       exactly as it was. An empty outcome (no static, no carry, no values) may be
+       skipped.
+
+    `rebuild` may depend only on its arguments and the class: anything else that
+    shapes the traced code belongs in `Export.static`.
+
+    Most handlers only need to say *where* they keep what crosses the boundary: a
+    class that sets ``fields`` (an :class:`effax.Fields` of attribute names) gets
+    `export`, `outcome` and `absorb` derived from it, and `effax.handle` compiles
+    its per-call path into plain attribute reads and writes. A handler may override
+    any of the three instead (the runtime then calls it).
+
+    **Example:** a user-defined effect, `Counter`, whose handler `Tally` carries an
+    int32 count through traced regions. Its operations reach the handler with
+    `self.handler()`.
+
+    >>> import attrs, jax.numpy as jnp, effax
+    >>> class Counter(effax.Effect["Tally"]):
+    ...     def __init__(self, name):
+    ...         self.name = name
+    ...     def tick(self):
+    ...         tally = self.handler()
+    ...         tally.count = tally.count + 1
+    >>> @attrs.define(eq=False)
+    ... class Tally(effax.Handler[Counter]):
+    ...     effect: Counter
+    ...     count: jnp.ndarray = attrs.field(factory=lambda: jnp.int32(0))
+    ...     fields = effax.Fields(carry="count")  # goes in, comes back, is stored
+    ...     @property
+    ...     def value(self):
+    ...         return self.count
+    ...     @classmethod
+    ...     def rebuild(cls, effect, static, const, carry):
+    ...         return cls(effect, carry)
+    >>> events = Counter("events")
+    >>> with Tally(events) as tally:
+    ...     events.tick()  # eagerly
+    ...     effax.jit(events.tick)()  # compiled: the count goes in and comes out
+    ...     _ = effax.scan(lambda c, x: (c, events.tick()), 0, None, length=3)
+    >>> int(tally.value)
+    5
+    >>> tally.export()  # derived from `fields`
+    Export(static=None, const=None, carry=Array(5, dtype=int32))
+
+    """
+
+    # `_effax_home`: the trace the handler was created under, recorded for every
+    # handler (built-in or user-defined) when it is made; see `check_home`.
+    __slots__ = ("_effax_home",)
+    effect: E
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        self = super().__new__(cls)
+        object.__setattr__(self, "_effax_home", _trace.current_trace_ref())
+        return self
+
+    @property
+    def fields(self) -> Fields | None:
+        """The attributes that cross a traced boundary (see :class:`effax.Fields`),
+        or `None` if the handler overrides `export`, `outcome` and `absorb`."""
+        return None
+
+    def export(self) -> Export:
+        """What goes into a traced region (derived from `fields` unless overridden)."""
+        f = self.fields
+        if f is None:
+            _no_fields(self, "export")
+        return Export(
+            None if f.static is None else getattr(self, f.static),
+            None if f.const is None else getattr(self, f.const),
+            None if f.carry is None else getattr(self, f.carry),
+        )
+
+    @classmethod
+    @abc.abstractmethod
+    def rebuild(cls: type[H], effect: Any, static: Any, const: PyTree, carry: PyTree) -> H:
+        """The handler to install inside a traced region, from what `export` sent."""
+
+    def outcome(self, *, carry_required: bool) -> Outcome:
+        """What comes out; `carry_required` is true in loop bodies and cond branches.
+
+        Derived from `fields` unless overridden: the carry and the values, no static.
+        """
+        f = self.fields
+        if f is None:
+            _no_fields(self, "outcome")
+        return Outcome(
+            None,
+            None if f.carry is None else getattr(self, f.carry),
+            None if f.values is None else tuple(getattr(self, f.values)),
+        )
+
+    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
+        """Update this (outer) handler from an inner handler's outcome.
+
+        `steps` is how many times the region ran (1 for a call, n for a scan of n
+        steps), or `None` where it is not known at trace time (`while_loop`).
+        Derived from `fields` unless overridden (see :class:`effax.Fields`).
+        """
+        f = self.fields
+        if f is None:
+            _no_fields(self, "absorb")
+        if f.advance is not None and type(outcome.static) is int and steps is not None:
+            setattr(self, f.advance, getattr(self, f.advance) + steps * outcome.static)
+        elif f.carry is not None and outcome.carry is not None:
+            setattr(self, f.carry, outcome.carry)
+        if f.values is not None and outcome.values is not None:
+            getattr(self, f.values).extend(outcome.values)
+
+    @property
+    @abc.abstractmethod
+    def value(self) -> Any:
+        """The handler's state: what ``hs[effect]`` returns."""
+
+    def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
+        """What goes into a batched region, and the batch axis of the carry.
+
+        The default shares the handler across the batch (axis `None`): consts and
+        carries are broadcast, and a carry that comes out batched is an error.
+        """
+        return self.export(), None
+
+    def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
+        """Absorb the outcome of a batched region (values stacked per element)."""
+        self.absorb(outcome, steps=1)
+
+    def __enter__(self: H) -> H:
+        check_home(self)
+        _ENTERED.setdefault(id(self), []).append(_context.push((self,)))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        tokens = _ENTERED[id(self)]
+        token = tokens.pop()
+        if not tokens:
+            del _ENTERED[id(self)]
+        _context.pop(token)
+
+
+def home_of(handler: Handler[Any]) -> _trace.TraceRef | None:
+    """The trace `handler` was created under (None if unknown)."""
+    return getattr(handler, "_effax_home", None)
+
+
+def check_home(handler: Handler[Any]) -> None:
+    """Refuse to install a handler outside the trace it was created under: an
+    escaped handler's values may be tracers of a finished trace."""
+    home = home_of(handler)
+    if home is None or home is _trace.current_trace_ref():
+        return
+    if _trace.reachability(home) != "ok":
+        raise EffectLeakError(
+            f"The handler of {handler.effect!r} was created under a JAX trace that this "
+            "code is not nested in (it escaped the transformation it was made in, e.g. "
+            "through a closure or a list), so its values may be tracers of a finished "
+            "trace. Create the handler where it is installed, or pass its values out of "
+            "the transformation explicitly."
+        )

@@ -1,0 +1,201 @@
+"""`RandomKey`: a named stream of PRNG keys, `KeyStream`, its handler, and `rng`,
+the default stream."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import attrs
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._effect import Effect
+from ._errors import EffectTypeError
+from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
+
+__all__ = ["KeyState", "KeyStream", "RandomKey", "rng"]
+
+
+def _as_key(seed: Any, effect: RandomKey) -> jax.Array:
+    if isinstance(seed, (bool, float, complex, str, bytes)):
+        raise EffectTypeError(
+            f"{effect!r}.seed(...) takes an int, a typed key (jax.random.key) or a raw "
+            f"uint32[2] key (jax.random.PRNGKey), not a {type(seed).__name__}."
+        )
+    if isinstance(seed, (int, np.integer)):
+        return jax.random.key(int(seed))
+    dtype = getattr(seed, "dtype", None)
+    shape = getattr(seed, "shape", None)
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape != ():
+            raise EffectTypeError(
+                f"{effect!r}.seed(...) takes a single key, but got a key array of shape "
+                f"{shape}. Seed one stream per key, or use effax.vmap to map over keys."
+            )
+        return seed  # type: ignore[no-any-return]
+    if dtype == jnp.uint32 and shape == (2,):
+        return seed  # type: ignore[no-any-return]
+    raise EffectTypeError(
+        f"{effect!r}.seed(...) takes an int, a typed key (jax.random.key) or a raw "
+        f"uint32[2] key (jax.random.PRNGKey), but got {type(seed).__name__} with "
+        f"dtype={dtype} and shape={shape}."
+    )
+
+
+class RandomKey(Effect["KeyStream"]):
+    """A named stream of PRNG keys; `effax.rng` is the default one.
+
+    A stream is a base key and a counter: each `next_key()` is
+    ``jax.random.fold_in(base_key, counter)`` followed by ``counter += 1``. The counter
+    is a Python int while it is known at trace time, so compiled and eager draws are
+    bit-identical and advancing it costs no device work.
+
+    **Example:**
+
+    >>> import jax, effax
+    >>> dropout = effax.RandomKey("dropout")
+    >>> with dropout.seed(0):
+    ...     k0, k1 = dropout.next_key(), dropout.next_key()
+    >>> bool((jax.random.key_data(k0) == jax.random.key_data(
+    ...     jax.random.fold_in(jax.random.key(0), 0))).all())
+    True
+
+    """
+
+    __slots__ = ()
+
+    handler_hint = "{name}.seed(key)"
+
+    def next_key(self) -> jax.Array:
+        """A fresh key: ``fold_in(base_key, counter)``, then the counter advances."""
+        return self.handler().next_key()
+
+    def seed(self, key: int | jax.Array) -> KeyStream:
+        """A key-stream handler starting at `key` (an int, a typed key or a raw key)."""
+        return KeyStream(self, _as_key(key, self))
+
+
+class KeyState(NamedTuple):
+    """The state of a key stream: what ``hs[stream]`` returns.
+
+    - `base_key`: the key the stream was seeded with.
+    - `counter`: how many keys were drawn from `base_key` (an int, or a traced int32
+      once it is not known at trace time); the next key is
+      ``fold_in(base_key, counter)``.
+
+    **Example:**
+
+    >>> import jax, effax
+    >>> with effax.handlers(effax.rng.seed(0)) as hs:
+    ...     k0, k1 = effax.rng.next_key(), effax.rng.next_key()
+    >>> hs[effax.rng].counter
+    2
+    >>> jax.dtypes.issubdtype(hs[effax.rng].base_key.dtype, jax.dtypes.prng_key)
+    True
+
+    """
+
+    base_key: jax.Array
+    counter: int | jax.Array
+
+
+@attrs.define(eq=False)
+class KeyStream(Handler[RandomKey]):
+    """The handler of a :class:`RandomKey`.
+
+    The counter is `dynamic + offset`: `dynamic` is `None` while the counter is known
+    in Python (then it is the int `offset`), and an int32 array once it is not (after
+    an `effax.cond` whose branches draw different numbers of keys, or a
+    `while_loop`). `drawn` counts the draws since this handler was made, or is `None`
+    once that number is no longer known at trace time. A region that drew a known
+    number of keys advances `offset` by it (the `advance` of its `fields`); one that
+    did not sends the traced counter back, which is set as `counter`.
+
+    **Example:**
+
+    >>> import jax.numpy as jnp, effax
+    >>> with effax.rng.seed(0) as stream:
+    ...     _ = effax.rng.next_key()
+    ...     _ = effax.jit(effax.rng.next_key)()
+    >>> stream.counter, stream.drawn
+    (2, 2)
+    >>> with effax.rng.seed(0) as stream:  # branches drawing 1 or 0 keys
+    ...     _ = effax.cond(
+    ...         jnp.bool_(True), lambda: effax.random.normal(), lambda: jnp.float32(0)
+    ...     )
+    >>> int(stream.counter), stream.drawn
+    (1, None)
+
+    """
+
+    effect: RandomKey
+    base_key: jax.Array
+    offset: int = 0
+    dynamic: jax.Array | None = None
+    # `offset` when the number of draws was last known; `None` once it is not.
+    _start: int | None = attrs.field(default=0, alias="start", repr=False)
+    fields = Fields(const="base_key", carry="counter", advance="offset")
+
+    @property
+    def counter(self) -> int | jax.Array:
+        if self.dynamic is None:
+            return self.offset
+        return self.dynamic if self.offset == 0 else self.dynamic + self.offset
+
+    @counter.setter
+    def counter(self, counter: int | jax.Array) -> None:
+        # A counter that came back traced: from here on, draws are not counted.
+        if isinstance(counter, int):
+            self.dynamic, self.offset = None, counter
+        else:
+            self.dynamic, self.offset = counter, 0
+        self._start = None
+
+    @property
+    def drawn(self) -> int | None:
+        return None if self._start is None else self.offset - self._start
+
+    @property
+    def value(self) -> KeyState:
+        return KeyState(self.base_key, self.counter)
+
+    def next_key(self) -> jax.Array:
+        key = jax.random.fold_in(self.base_key, self.counter)
+        self.offset += 1
+        return key
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> KeyStream:
+        if static is not None:  # split across the named axes of a batched region
+            const = jax.random.fold_in(const, jax.lax.axis_index(static))
+        if isinstance(carry, int):
+            return cls(effect, const, offset=carry, start=carry)
+        return cls(effect, const, dynamic=carry)
+
+    def outcome(self, *, carry_required: bool) -> Outcome:
+        if self.drawn is not None and not carry_required:
+            return Outcome(static=self.drawn)
+        counter = self.counter
+        if isinstance(counter, int):
+            counter = jnp.asarray(counter, jnp.int32)
+        return Outcome(static=self.drawn, carry=counter)
+
+    def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
+        if policy.keys == "shared":
+            return self.export(), None
+        # One key of this stream seeds every element: element b folds in its index.
+        key = jax.random.fold_in(self.base_key, self.counter)
+        return Export(static=policy.axis_names, const=key, carry=0), None
+
+    def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
+        if policy.keys == "shared":
+            self.absorb(outcome, steps=1)
+        else:
+            self.absorb(Outcome(static=1), steps=1)
+
+
+rng = RandomKey("rng")
+"""The default key stream, ``RandomKey("rng")``: the `RandomKey` effax declares for
+`effax.random`, which draws from it when no `stream=` is given. Seed it like any
+stream, ``with effax.rng.seed(0): ...``."""

@@ -1,0 +1,94 @@
+"""`State`: mutable state, and `StateCell`, its handler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from ._effect import Effect
+from ._protocol import BatchPolicy, Export, Fields, Handler, PyTree
+
+__all__ = ["State", "StateCell"]
+
+S = TypeVar("S")
+
+
+class State(Effect["StateCell[S]"], Generic[S]):
+    """Mutable state, kept by a cell handler and threaded through traced regions.
+
+    Across ``jax.jit`` the current value goes in and the final value comes out; in an
+    ``effax.scan`` it is part of the carry. Its structure, shapes and dtypes must stay
+    the same across a traced boundary (else :class:`effax.StateTypeError`).
+
+    **Example:**
+
+    >>> import jax.numpy as jnp, effax
+    >>> steps = effax.State[jnp.ndarray]("steps")
+    >>> with steps.init(jnp.int32(0)) as cell:
+    ...     n = steps.modify(lambda n: n + 1)
+    ...     steps.set(steps.get() * 10)
+    >>> int(cell.value)
+    10
+
+    """
+
+    __slots__ = ()
+
+    handler_hint = "{name}.init(value)"
+
+    def get(self) -> S:
+        """The current value."""
+        return self.handler().value
+
+    def set(self, value: S) -> None:
+        """Replace the current value."""
+        self.handler_for_write(value).value = value
+
+    def modify(self, fn: Callable[[S], S]) -> S:
+        """Replace the value by `fn(value)` and return the new value."""
+        cell = self.handler()
+        new = fn(cell.value)
+        self.handler_for_write(new)
+        cell.value = new
+        return new
+
+    def init(self, value: S) -> StateCell[S]:
+        """A cell handler holding `value`; it keeps its value across calls."""
+        return StateCell(self, value)
+
+
+@attrs.define(eq=False)
+class StateCell(Handler[State[S]]):
+    """The handler of a :class:`State`: a cell whose `.value` is the current state.
+
+    Made by `State.init`. The cell keeps its value after its scope ends, so
+    installing it again continues from there.
+
+    **Example:**
+
+    >>> import jax.numpy as jnp, effax
+    >>> steps = effax.State[jnp.ndarray]("steps")
+    >>> cell = steps.init(jnp.int32(0))
+    >>> @effax.jit
+    ... def bump():
+    ...     steps.set(steps.get() + 1)
+    >>> for _ in range(2):
+    ...     with cell:
+    ...         bump()
+    >>> int(cell.value)
+    2
+
+    """
+
+    effect: State[S]
+    value: S
+    fields = Fields(carry="value")
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> StateCell[S]:
+        return cls(effect, carry)
+
+    def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
+        return self.export(), 0 if policy.state == "batched" else None

@@ -1,0 +1,198 @@
+"""What effax looks like to the plugin: its effect kinds, operations and
+wrappers, and how to read a call of one."""
+
+from __future__ import annotations
+
+import sys
+from typing import Final
+
+from mypy.nodes import (
+    ARG_NAMED,
+    ARG_POS,
+    CallExpr,
+    Expression,
+    ListExpr,
+    RefExpr,
+    TupleExpr,
+    TypeInfo,
+)
+
+__all__ = [
+    "FOREIGN_PACKAGES",
+    "FUNCTION_NAMES",
+    "HANDLER_CLASSES",
+    "HANDLER_MAKERS",
+    "KINDS",
+    "OPERATIONS",
+    "PERFORMING",
+    "RETURNING",
+    "RNG",
+    "Row",
+    "TRANSPARENT_DECORATORS",
+    "UNHASHABLE_CLASSES",
+    "callable_arguments",
+    "callee_fullname",
+    "callee_of",
+    "effax_method",
+    "effax_name",
+    "function_argument",
+    "has_star",
+    "is_effect_class",
+    "keyword",
+    "kind_of",
+    "positional_args",
+]
+
+KINDS: Final = ("Ask", "State", "RandomKey", "Emit")
+
+
+OPERATIONS: Final = {
+    "Ask": frozenset({"ask"}),
+    "State": frozenset({"get", "set", "modify"}),
+    "RandomKey": frozenset({"next_key"}),
+    "Emit": frozenset({"emit"}),
+}
+
+
+HANDLER_MAKERS: Final = frozenset({"provide", "init", "seed", "collect"})
+
+
+HANDLER_CLASSES: Final = frozenset({"Handler", "Handlers"})
+
+
+# `effax.rng`, as mypy names its declaration (see `Analysis.rng`)
+RNG: Final = "effax.rng"
+
+
+# effect-aware wrappers that run their callable arguments during the call, with the
+# positions and names of those arguments (JAX's signatures)
+PERFORMING: Final = {
+    "scan": ((0,), ("f",)),
+    "fori_loop": ((2,), ("body_fun",)),
+    "while_loop": ((0, 1), ("cond_fun", "body_fun")),
+    "cond": ((1, 2), ("true_fun", "false_fun")),
+    "switch": ((1,), ("branches",)),
+    "map": ((0,), ("f",)),
+}
+
+
+# wrappers returning a function with the row of their first argument
+RETURNING: Final = frozenset(
+    {"jit", "grad", "value_and_grad", "vmap", "checkpoint", "remat", "shard_map"}
+)
+
+
+FUNCTION_NAMES: Final = ("fun", "f", "fn")
+
+
+# decorators that keep a row as it is
+TRANSPARENT_DECORATORS: Final = frozenset(
+    {
+        "builtins.staticmethod",
+        "builtins.classmethod",
+        "abc.abstractmethod",
+        "typing.final",
+        "typing_extensions.final",
+        "typing.override",
+        "typing_extensions.override",
+    }
+)
+
+
+# context managers from these packages install no effax handlers
+FOREIGN_PACKAGES: Final = frozenset(sys.stdlib_module_names) | {
+    "jax",
+    "jaxlib",
+    "numpy",
+    "pytest",
+    "_pytest",
+    "hypothesis",
+    "typing_extensions",
+}
+
+
+UNHASHABLE_CLASSES: Final = frozenset({"jax._src.basearray.Array", "numpy.ndarray"})
+
+
+Row = frozenset[str]  # effects, by the full name of their declaration
+
+
+def effax_name(fullname: str | None) -> str | None:
+    """`scan` for `effax.scan` or `effax._control.scan`; None for anything else."""
+    if not fullname or not fullname.startswith("effax."):
+        return None
+    parts = fullname.split(".")
+    if all(part.startswith("_") for part in parts[1:-1]):
+        return parts[-1]
+    return None
+
+
+def effax_method(fullname: str) -> tuple[str, str] | None:
+    """`("Ask", "ask")` for `effax._ask.Ask.ask`; None for anything else."""
+    parts = fullname.split(".")
+    if len(parts) < 3 or parts[0] != "effax" or parts[-2] not in KINDS:
+        return None
+    if not all(part.startswith("_") for part in parts[1:-2]):
+        return None
+    return parts[-2], parts[-1]
+
+
+def kind_of(info: TypeInfo) -> str | None:
+    """The effax effect class (`Ask`, ...) that `info` is or derives from."""
+    for base in info.mro:
+        name = effax_name(base.fullname)
+        if name in KINDS:
+            return name
+    return None
+
+
+def is_effect_class(info: TypeInfo) -> bool:
+    return any(effax_name(base.fullname) == "Effect" for base in info.mro)
+
+
+def callee_fullname(expr: Expression) -> str | None:
+    return expr.fullname if isinstance(expr, RefExpr) and expr.fullname else None
+
+
+def callee_of(expr: Expression) -> Expression | None:
+    return expr.callee if isinstance(expr, CallExpr) else None
+
+
+def positional_args(call: CallExpr) -> list[Expression]:
+    """The positional arguments of `call` before any `*args`."""
+    out = []
+    for arg, kind in zip(call.args, call.arg_kinds, strict=True):
+        if kind != ARG_POS:
+            break
+        out.append(arg)
+    return out
+
+
+def has_star(call: CallExpr) -> bool:
+    return any(kind not in (ARG_POS, ARG_NAMED) for kind in call.arg_kinds)
+
+
+def keyword(call: CallExpr, *names: str) -> Expression | None:
+    for arg, name in zip(call.args, call.arg_names, strict=True):
+        if name in names:
+            return arg
+    return None
+
+
+def function_argument(call: CallExpr) -> Expression | None:
+    positional = positional_args(call)
+    return positional[0] if positional else keyword(call, *FUNCTION_NAMES)
+
+
+def callable_arguments(call: CallExpr, name: str) -> list[Expression]:
+    positions, keywords = PERFORMING[name]
+    positional = positional_args(call)
+    found = [positional[i] for i in positions if i < len(positional)]
+    found.extend(arg for arg in (keyword(call, k) for k in keywords) if arg is not None)
+    flat: list[Expression] = []
+    for arg in found:
+        if isinstance(arg, ListExpr | TupleExpr):  # switch's branches
+            flat.extend(arg.items)
+        else:
+            flat.append(arg)
+    return flat

@@ -1,0 +1,414 @@
+"""Rows: what a function body or module top level performs, handles and declares."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mypy.nodes import (
+    ARG_POS,
+    Block,
+    CallExpr,
+    ClassDef,
+    Decorator,
+    Expression,
+    FuncDef,
+    FuncItem,
+    LambdaExpr,
+    MemberExpr,
+    MypyFile,
+    Node,
+    OverloadedFuncDef,
+    RefExpr,
+    Statement,
+    SymbolNode,
+    TypeInfo,
+    Var,
+    WithStmt,
+)
+from mypy.types import Instance, get_proper_type
+
+from ._marks import Declaration, declaration_in, declaration_of_type, handles_of_type, row_of_type
+from ._names import (
+    FOREIGN_PACKAGES,
+    HANDLER_MAKERS,
+    OPERATIONS,
+    PERFORMING,
+    RETURNING,
+    RNG,
+    Row,
+    callable_arguments,
+    callee_fullname,
+    effax_name,
+    function_argument,
+    has_star,
+    keyword,
+    positional_args,
+)
+from ._report import Sink, describe
+from ._tree import Locals, binding_in_module, children_of, foreign_class, is_uses, transparent
+
+__all__ = ["Analysis", "Walker"]
+
+
+class Analysis:
+    """What one function body or module top level does with effects.
+
+    Everything it resolves is a lower bound of what is performed and an upper bound
+    of what is handled: where it cannot tell, it answers so that nothing is reported.
+    """
+
+    def __init__(
+        self, modules: Mapping[str, MypyFile], root: FuncItem | None, body: list[Statement]
+    ) -> None:
+        self.modules = modules
+        collector = Locals(functions=root is not None)
+        for statement in body:
+            collector.visit(statement)
+        self.locals = collector.values
+        self.nested = collector.functions
+        self.self_class: dict[SymbolNode, TypeInfo] = {}
+        if isinstance(root, FuncDef) and root.info and root.arguments and not root.is_static:
+            self.self_class[root.arguments[0].variable] = root.info
+        self._demands: dict[FuncItem, Row] = {}
+
+    # -- names
+
+    def module_binding(self, var: Var) -> Expression | None:
+        """A module-level variable's value, where its module's tree is still there
+        (mypy frees a module's tree once it has checked it)."""
+        module_name, _, name = var.fullname.rpartition(".")
+        module = self.modules.get(module_name)
+        if module is None or module.is_cache_skeleton:
+            return None
+        symbol = module.names.get(name)
+        if symbol is None or symbol.node is not var:
+            return None
+        return binding_in_module(module, name)
+
+    def value_of(self, expr: Expression) -> Expression | None:
+        if not isinstance(expr, RefExpr) or not isinstance(expr.node, Var):
+            return None
+        values = self.locals.get(expr.node)
+        if values is not None:
+            return values[0] if len(values) == 1 else None
+        return self.module_binding(expr.node)
+
+    def declaration(self, expr: Expression, depth: int = 0) -> Declaration | None:
+        """The effect `expr` refers to, where it is a module-level declaration."""
+        if depth > 20 or not isinstance(expr, RefExpr) or not isinstance(expr.node, Var):
+            return None
+        if expr.node not in self.locals:  # a local's type is its first value's
+            found = declaration_of_type(expr.node.type)
+            if found is not None:
+                return found
+        value = self.value_of(expr)
+        if isinstance(value, RefExpr):
+            return self.declaration(value, depth + 1)  # an alias
+        if isinstance(value, CallExpr) and expr.node.fullname.count("."):
+            # a declaration whose type mypy has not inferred yet (it is further down)
+            return declaration_in(value, expr.node.fullname)
+        return None
+
+    def instance_class(self, expr: Expression, depth: int = 0) -> TypeInfo | None:
+        """The class of the instance `expr` evaluates to, where it is plain to see."""
+        if depth > 20:
+            return None
+        if isinstance(expr, CallExpr):
+            callee = expr.callee
+            if isinstance(callee, RefExpr) and isinstance(callee.node, TypeInfo):
+                return callee.node
+            return None
+        if not isinstance(expr, RefExpr) or not isinstance(expr.node, Var):
+            return None
+        var = expr.node
+        if var in self.self_class:
+            return self.self_class[var]
+        typ = get_proper_type(var.type)
+        if isinstance(typ, Instance):
+            return typ.type
+        value = self.value_of(expr)
+        return self.instance_class(value, depth + 1) if value is not None else None
+
+    # -- rows
+
+    def declared_row(self, call: CallExpr, *, complete: bool) -> Row | None:
+        """The effects named by `effax.uses(...)`; with `complete`, None unless all are
+        known (a row must be exact to check a body; a lower bound does for calls)."""
+        found = set()
+        for arg, kind in zip(call.args, call.arg_kinds, strict=True):
+            declaration = self.declaration(arg) if kind == ARG_POS else None
+            if declaration is not None:
+                found.add(declaration.fullname)
+            elif complete:
+                return None
+        return frozenset(found)
+
+    def decorator_row(self, decorator: Decorator) -> Row | None:
+        decorators = decorator.original_decorators or decorator.decorators
+        if not decorators:  # loaded from mypy's cache: the type says it
+            return row_of_type(decorator.var.type)
+        row: Row | None = None
+        known = True  # every decorator is effax's own or keeps the row
+        for expr in reversed(decorators):
+            if is_uses(expr):
+                assert isinstance(expr, CallExpr)
+                row = self.declared_row(expr, complete=False)
+                known = True
+            elif transparent(expr):
+                continue
+            elif row is not None:
+                return None  # an unknown decorator around the row
+            else:
+                known = False
+        if row is None and known and decorator.func in self.nested:
+            return self.demand_of(decorator.func)
+        return row
+
+    def member_row(self, info: TypeInfo, name: str) -> Row | None:
+        symbol = info.get(name)
+        if symbol is not None and isinstance(symbol.node, Decorator):
+            return self.decorator_row(symbol.node)
+        return None
+
+    def row_of(self, expr: Expression, depth: int = 0) -> Row | None:
+        """The effects that calling `expr` performs, where they are known, or None."""
+        if depth > 20:
+            return None
+        if isinstance(expr, LambdaExpr):
+            return self.demand_of(expr)
+        if isinstance(expr, CallExpr):
+            return self.row_of_result(expr, depth)
+        if not isinstance(expr, RefExpr):
+            return None
+        node = expr.node
+        if isinstance(node, Decorator):
+            return self.decorator_row(node)
+        if isinstance(node, FuncDef):
+            return self.demand_of(node) if node in self.nested else None
+        if isinstance(node, Var):
+            if node not in self.locals:
+                row = row_of_type(node.type)
+                if row is not None:
+                    return row
+            value = self.value_of(expr)
+            if value is not None:
+                return self.row_of(value, depth + 1)
+            info = self.instance_class(expr)
+            return self.member_row(info, "__call__") if info is not None else None
+        if isinstance(expr, MemberExpr):
+            if isinstance(expr.expr, RefExpr) and isinstance(expr.expr.node, TypeInfo):
+                return self.member_row(expr.expr.node, expr.name)
+            info = self.instance_class(expr.expr)
+            return self.member_row(info, expr.name) if info is not None else None
+        return None
+
+    def row_of_result(self, call: CallExpr, depth: int) -> Row | None:
+        """The row of the function that `call` returns."""
+        callee = call.callee
+        name = effax_name(callee_fullname(callee))
+        if name == "handle":
+            positional = positional_args(call)
+            if not positional or has_star(call):
+                return None
+            row = self.row_of(positional[0], depth + 1)
+            for handler in positional[1:]:
+                discharged = self.discharged(handler)
+                if row is None or discharged is None:
+                    return None
+                row = row - discharged
+            return row
+        if name in RETURNING:
+            function = function_argument(call)
+            return self.row_of(function, depth + 1) if function is not None else None
+        if isinstance(callee, CallExpr):
+            if is_uses(callee):  # effax.uses(...)(f)
+                return self.declared_row(callee, complete=False)
+            if effax_name(callee_fullname(callee.callee)) in RETURNING:  # jit(**kw)(f)
+                function = function_argument(call)
+                return self.row_of(function, depth + 1) if function is not None else None
+            return None
+        if callee_fullname(callee) == "functools.partial":
+            function = function_argument(call)
+            return self.row_of(function, depth + 1) if function is not None else None
+        if isinstance(callee, RefExpr) and isinstance(callee.node, TypeInfo):
+            return self.member_row(callee.node, "__call__")
+        return None
+
+    def demand_of(self, function: FuncItem) -> Row:
+        """The effects a nested function or lambda performs and does not handle."""
+        if function in self._demands:
+            return self._demands[function]
+        self._demands[function] = frozenset()  # while recursing
+        missing: set[str] = set()
+        Walker(self, lambda node, row, who: missing.update(row)).visit(function.body)
+        self._demands[function] = frozenset(missing)
+        return self._demands[function]
+
+    # -- handlers
+
+    def discharged(self, expr: Expression, depth: int = 0) -> Row | None:
+        """The effect a handler expression handles, or None where it is not known."""
+        if depth > 20:
+            return None
+        if (
+            isinstance(expr, CallExpr)
+            and isinstance(expr.callee, MemberExpr)
+            and expr.callee.name in HANDLER_MAKERS
+        ):
+            declaration = self.declaration(expr.callee.expr)
+            return frozenset({declaration.fullname}) if declaration is not None else None
+        if isinstance(expr, RefExpr) and isinstance(expr.node, Var):
+            if expr.node not in self.locals:
+                handles = handles_of_type(expr.node.type)
+                if handles is not None:
+                    return handles
+            value = self.value_of(expr)
+            return self.discharged(value, depth + 1) if value is not None else None
+        return None
+
+    def installed(self, expr: Expression, depth: int = 0) -> Row | None:
+        """What a `with` item handles: a set of effects, or None for 'maybe anything'."""
+        if depth > 20:
+            return None
+        discharged = self.discharged(expr)
+        if discharged is not None:
+            return discharged
+        if isinstance(expr, CallExpr):
+            if effax_name(callee_fullname(expr.callee)) == "handlers":
+                if has_star(expr):
+                    return None
+                found: set[str] = set()
+                for arg in expr.args:
+                    row = self.discharged(arg)
+                    if row is None:
+                        return None
+                    found |= row
+                return frozenset(found)
+            return frozenset() if self.foreign(expr.callee) else None
+        value = self.value_of(expr)
+        if value is not None:
+            return self.installed(value, depth + 1)
+        info = self.instance_class(expr)
+        return frozenset() if info is not None and foreign_class(info) else None
+
+    def foreign(self, callee: Expression) -> bool:
+        """Whether calling `callee` makes a context manager that installs no handler."""
+        if isinstance(callee, RefExpr) and isinstance(callee.node, TypeInfo):
+            return foreign_class(callee.node)
+        fullname = callee_fullname(callee)
+        if fullname:
+            return fullname.partition(".")[0] in FOREIGN_PACKAGES
+        if isinstance(callee, MemberExpr):
+            info = self.instance_class(callee.expr)
+            return info is not None and foreign_class(info)
+        return False
+
+    def rng(self) -> str:
+        """The full name of `effax.rng`'s declaration, wherever effax defines it
+        (effects are named by their declaration, like any other in a row)."""
+        module = self.modules.get("effax")
+        symbol = module.names.get("rng") if module is not None else None
+        node = symbol.node if symbol is not None else None
+        return node.fullname if node is not None and node.fullname else RNG
+
+    # -- what a call performs
+
+    def performed(self, call: CallExpr) -> tuple[Row, str | None] | None:
+        """The effects `call` performs, and who performs them (None: an operation)."""
+        callee = call.callee
+        if isinstance(callee, MemberExpr):
+            declaration = self.declaration(callee.expr)
+            if declaration is not None:
+                if declaration.kind and callee.name in OPERATIONS[declaration.kind]:
+                    return frozenset({declaration.fullname}), None
+                return None
+        fullname = callee_fullname(callee)
+        if fullname and fullname.startswith("effax.random."):
+            stream = keyword(call, "stream")
+            if stream is None:
+                return frozenset({self.rng()}), None
+            declaration = self.declaration(stream)
+            return (frozenset({declaration.fullname}), None) if declaration else None
+        name = effax_name(fullname)
+        if name is not None and name in PERFORMING:
+            found: set[str] = set()
+            for function in callable_arguments(call, name):
+                passed = isinstance(function, LambdaExpr) and any(
+                    function is arg for arg in call.args
+                )
+                if not passed:  # a lambda passed as an argument is walked as such
+                    found |= self.row_of(function) or frozenset()
+            return frozenset(found), f"effax.{name}"
+        if isinstance(callee, LambdaExpr):
+            return None
+        row = self.row_of(callee)
+        return (row, describe(callee)) if row else None
+
+
+class Walker:
+    """Walks statements, tracking the handlers that enclosing `with`s install, and
+    passes what each call performs and no handler covers to `sink`."""
+
+    def __init__(self, analysis: Analysis, sink: Sink) -> None:
+        self.analysis = analysis
+        self.sink = sink
+        self.handled: Row | None = frozenset()  # None: anything may be handled
+
+    def visit(self, node: Node) -> None:
+        if isinstance(node, Block):
+            if not node.is_unreachable:
+                for statement in node.body:
+                    self.visit(statement)
+        elif isinstance(node, FuncDef | OverloadedFuncDef | ClassDef):
+            pass  # a nested def counts where it is called
+        elif isinstance(node, Decorator):
+            for expr in node.decorators:
+                self.visit(expr)
+        elif isinstance(node, LambdaExpr):
+            pass  # counts where it is called or passed to a call: see visit_call
+        elif isinstance(node, WithStmt):
+            self.visit_with(node)
+        elif isinstance(node, CallExpr):
+            self.visit_call(node)
+        else:
+            for child in children_of(node):
+                self.visit(child)
+
+    def visit_with(self, node: WithStmt) -> None:
+        outer = self.handled
+        installed: Row | None = frozenset()
+        for expr in node.expr:
+            self.visit(expr)
+            row = self.analysis.installed(expr)
+            installed = None if row is None or installed is None else installed | row
+        if self.handled is not None:
+            self.handled = None if installed is None else self.handled | installed
+        self.visit(node.body)
+        self.handled = outer
+
+    def visit_call(self, node: CallExpr) -> None:
+        name = effax_name(callee_fullname(node.callee))
+        skip: Expression | None = None
+        if name == "handle" or name in RETURNING:
+            function = function_argument(node)
+            if isinstance(function, LambdaExpr):
+                skip = function  # performed where the returned function is called
+        for child in [node.callee, *node.args]:
+            if isinstance(child, LambdaExpr):
+                if child is not skip:
+                    self.visit(child.body)  # a lambda counts where it is handed over
+            else:
+                self.visit(child)
+        performed = self.analysis.performed(node)
+        if performed is not None and self.handled is not None:
+            row, who = performed
+            missing = row - self.handled
+            if missing:
+                self.sink(node, missing, who)
+        callee = node.callee
+        if isinstance(callee, MemberExpr) and callee.name in (
+            "enter_context",
+            "enter_async_context",
+            "__enter__",
+        ):
+            self.handled = None  # handlers installed by hand, for the rest of the block

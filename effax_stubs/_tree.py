@@ -1,0 +1,209 @@
+"""The syntax tree: walking it, local bindings, and the decorators and classes
+that matter to rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final
+
+from mypy.nodes import (
+    ARG_NAMED,
+    AssignmentExpr,
+    AssignmentStmt,
+    Block,
+    CallExpr,
+    ClassDef,
+    Decorator,
+    Expression,
+    ForStmt,
+    FuncDef,
+    FuncItem,
+    LambdaExpr,
+    ListExpr,
+    MypyFile,
+    NameExpr,
+    Node,
+    OperatorAssignmentStmt,
+    OverloadedFuncDef,
+    Statement,
+    SymbolNode,
+    TupleExpr,
+    TypeInfo,
+    WithStmt,
+)
+
+from ._names import (
+    FOREIGN_PACKAGES,
+    HANDLER_CLASSES,
+    RETURNING,
+    TRANSPARENT_DECORATORS,
+    callee_fullname,
+    effax_name,
+)
+
+__all__ = [
+    "CHILDREN",
+    "Locals",
+    "binding_in_module",
+    "blocks_of",
+    "children_of",
+    "foreign_class",
+    "is_uses",
+    "nodes_in",
+    "top_level",
+    "transparent",
+]
+
+# mypy's visitors are compiled traits that interpreted classes cannot subclass, so
+# the walkers below reach the children of a node through its attributes. The names
+# cover mypy's statements and expressions; `node` (a reference to a definition) and
+# `info` are never followed.
+CHILDREN: Final = (
+    "expr",
+    "callee",
+    "args",
+    "rvalue",
+    "lvalues",
+    "lvalue",
+    "base",
+    "index",
+    "items",
+    "left",
+    "right",
+    "operands",
+    "cond",
+    "if_expr",
+    "else_expr",
+    "key",
+    "value",
+    "left_expr",
+    "sequences",
+    "condlists",
+    "generator",
+    "begin_index",
+    "end_index",
+    "stride",
+    "from_expr",
+    "msg",
+    "subject",
+    "guards",
+    "call",
+    "types",
+    "analyzed",
+    "body",
+    "bodies",
+    "handlers",
+    "else_body",
+    "finally_body",
+    "defs",
+)
+
+
+def children_of(node: Node) -> Iterator[Node]:
+    for name in CHILDREN:
+        yield from nodes_in(getattr(node, name, None))
+
+
+def nodes_in(value: object) -> Iterator[Node]:
+    if isinstance(value, Expression | Statement | Block):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from nodes_in(item)
+
+
+def blocks_of(statement: Statement) -> Iterator[Block]:
+    """The blocks directly inside a compound statement."""
+    return (node for node in children_of(statement) if isinstance(node, Block))
+
+
+def top_level(statements: list[Statement]) -> Iterator[Statement]:
+    """Statements at this level, inside compound statements but not definitions."""
+    for statement in statements:
+        yield statement
+        if not isinstance(statement, FuncDef | Decorator | OverloadedFuncDef | ClassDef):
+            for block in blocks_of(statement):
+                yield from top_level(block.body)
+
+
+def binding_in_module(module: MypyFile, name: str) -> Expression | None:
+    """The value of a module-level variable bound once, by `name = value`."""
+    found: list[Expression | None] = []
+    for statement in top_level(module.defs):
+        if isinstance(statement, AssignmentStmt):
+            for lvalue in statement.lvalues:
+                if isinstance(lvalue, NameExpr) and lvalue.name == name:
+                    found.append(statement.rvalue)
+                elif isinstance(lvalue, TupleExpr | ListExpr) and any(
+                    isinstance(item, NameExpr) and item.name == name for item in lvalue.items
+                ):
+                    found.append(None)
+    return found[0] if len(found) == 1 else None
+
+
+class Locals:
+    """Collects the bindings of local variables, and the nested functions and lambdas."""
+
+    def __init__(self, *, functions: bool) -> None:
+        self.values: dict[SymbolNode, list[Expression | None]] = {}
+        self.functions: set[FuncItem] = set()
+        self.descend = functions  # False at module level: defs there have no inferred row
+
+    def bind(self, lvalue: Expression, value: Expression | None) -> None:
+        if isinstance(lvalue, NameExpr) and lvalue.node is not None:
+            self.values.setdefault(lvalue.node, []).append(value)
+        elif isinstance(lvalue, TupleExpr | ListExpr):
+            for item in lvalue.items:
+                self.bind(item, None)
+
+    def visit(self, node: Node) -> None:
+        if isinstance(node, AssignmentStmt):
+            for lvalue in node.lvalues:
+                self.bind(lvalue, node.rvalue)
+        elif isinstance(node, OperatorAssignmentStmt):
+            self.bind(node.lvalue, None)
+        elif isinstance(node, ForStmt):
+            self.bind(node.index, None)
+        elif isinstance(node, WithStmt):
+            for expr, target in zip(node.expr, node.target, strict=True):
+                if target is not None:
+                    self.bind(target, expr)
+        elif isinstance(node, AssignmentExpr):
+            self.bind(node.target, node.value)
+        elif isinstance(node, ClassDef | OverloadedFuncDef):
+            return
+        if isinstance(node, Decorator):
+            if self.descend:
+                self.visit(node.func)
+        elif isinstance(node, FuncItem):
+            if self.descend or isinstance(node, LambdaExpr):
+                self.functions.add(node)
+                self.visit(node.body)
+        else:
+            for child in children_of(node):
+                self.visit(child)
+
+
+def is_uses(expr: Expression) -> bool:
+    return isinstance(expr, CallExpr) and effax_name(callee_fullname(expr.callee)) == "uses"
+
+
+def transparent(expr: Expression) -> bool:
+    """Whether a decorator keeps the row of what it decorates."""
+    fullname = callee_fullname(expr)
+    if fullname in TRANSPARENT_DECORATORS or effax_name(fullname) in RETURNING:
+        return True
+    # effax.jit(static_argnames=...) and friends
+    return (
+        isinstance(expr, CallExpr)
+        and all(kind == ARG_NAMED for kind in expr.arg_kinds)
+        and effax_name(callee_fullname(expr.callee)) in RETURNING
+    )
+
+
+def foreign_class(info: TypeInfo) -> bool:
+    if any(effax_name(base.fullname) in HANDLER_CLASSES for base in info.mro):
+        return False
+    if effax_name(info.fullname) == "JitAwareContextVar":
+        return True
+    return info.fullname.partition(".")[0] in FOREIGN_PACKAGES
