@@ -119,6 +119,10 @@ class _Handled:
             else:
                 resolved = resolve(stack, tuple(row), self.own, note=True)
             program = function.program(resolved.plan)
+            if row is not None:
+                warm = self.rebind(stack, resolved, program)
+                if warm is not None:  # a new stack of an environment already run
+                    return warm(*args, **kwargs)
             flat = flat_inputs(resolved.plan, resolved.exports)
             try:
                 if row is None:
@@ -210,6 +214,21 @@ class _Handled:
             handler.absorb(outcome, steps=1)
         return out
 
+    def rebind(
+        self, stack: _context.Stack, resolved: Resolved, program: Program
+    ) -> Callable[..., Any] | None:
+        """`program`'s warm path for its first layout bound to this stack and trace,
+        if it was generated already and every handler lives on this trace (a `with`
+        block per call costs one resolution, not a general call); else None."""
+        if not program.warm:
+            return None
+        handlers = resolved.handlers
+        outer = len(resolved.plan) > len(self.own)
+        code = program.warm.get((None, tuple(h.fields for h in handlers), outer))
+        if code is None or any(outer_homes(stack, handlers)):
+            return None
+        return self.install(stack, resolved.plan, program, handlers, code, None).fn
+
     def bind(
         self,
         stack: _context.Stack,
@@ -235,6 +254,19 @@ class _Handled:
                 first=node is None,
                 outer=outer,
             )
+        self.install(stack, plan, program, handlers, code, node)
+
+    def install(
+        self,
+        stack: _context.Stack,
+        plan: Plan,
+        program: Program,
+        handlers: tuple[Handler[Any], ...],
+        code: _warmpath.Template,
+        node: Any,
+    ) -> _Bound:
+        """Bind `code` to `handlers` under this stack and trace, and make it the
+        entry's code."""
 
         def mismatch(hs: tuple[Handler[Any], ...], result: Any) -> Any:
             # A retrace gave another output layout: absorb it, switch layouts.
@@ -268,8 +300,11 @@ class _Handled:
             mismatch=mismatch,
             node=node,
         )
-        self.bound[stack_id] = _Bound(ref, trace, code, env, _warmpath.make_function(code, env))
+        bound = self.bound[stack_id] = _Bound(
+            ref, trace, code, env, _warmpath.make_function(code, env)
+        )
         self.use(code, env)
+        return bound
 
     def use(self, code: _warmpath.Template, env: tuple[Any, ...]) -> None:
         """Make the entry run `code` in `env` (either order is safe; see _warmpath)."""

@@ -291,7 +291,10 @@ def test_user_defined_handlers(cls):
             compiled = fx.jit(fn)
             for x in XS:
                 compiled(x)
-        assert tally.calls == ["export", "absorb"] * len(XS)
+        # The first call under this new stack resolves its environment (one export)
+        # and binds the warm path already generated for `fn`; every call then
+        # exports and absorbs through the overridden methods.
+        assert tally.calls == ["export"] + ["export", "absorb"] * len(XS)
 
 
 def test_own_cells_count_while_compiled_once():
