@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, ParamSpec, TypeVar, cast, overload
 
 import jax
+import numpy as np
 
 from . import _context, _trace, _warmpath
 from ._context import Blocked, Tracked
@@ -42,7 +43,7 @@ from ._program import (
     plumbed_keys,
     resolve,
 )
-from ._protocol import Handler, Outcome
+from ._protocol import Export, Handler, Outcome
 from ._region import check_writes, note_used, outcomes_of, outer_homes, run_inside
 
 __all__ = ["handle", "jit"]
@@ -114,7 +115,7 @@ class _Handled:
         while True:
             row = function.row
             if row is None:  # never traced: plumb everything reachable, learn the row
-                effects = _reachable(stack, function.own_effects)
+                effects = _reachable(stack, function.own_effects, crossing=True)
                 resolved = resolve(stack, effects, self.own, note=False)
             else:
                 resolved = resolve(stack, tuple(row), self.own, note=True)
@@ -133,6 +134,9 @@ class _Handled:
                     result = program.fn(*flat, *args, **kwargs)
             except Retrace:
                 continue
+            except TypeError as error:
+                _explain_inputs(resolved, error)
+                raise
             break
         if program.abstract:  # jax.eval_shape: nothing was computed, nothing changes
             return result[0]
@@ -189,6 +193,9 @@ class _Handled:
         token = PENDING.set(Pending(program, False, replay))
         try:
             result = program.fn(*flat_inputs(narrow.plan, narrow.exports), *args, **kwargs)
+        except TypeError as error:
+            _explain_inputs(narrow, error)
+            raise
         finally:
             PENDING.reset(token)
         return narrow, program, result
@@ -198,7 +205,7 @@ class _Handled:
         handlers and of every reachable one around the call, and absorb what they
         gained only once it returned (a call that raises changes nothing)."""
         stack = _context.current_stack()
-        effects = _reachable(stack, frozenset(h.effect for h in self.own))
+        effects = _reachable(stack, frozenset(h.effect for h in self.own), crossing=False)
         resolved = resolve(stack, effects, self.own, note=False)
         handlers = resolved.handlers
         plan = tuple(
@@ -312,20 +319,53 @@ class _Handled:
         self.entry.__code__ = code.code
 
 
-def _reachable(stack: _context.Stack, skip: frozenset[Effect[Any]]) -> list[Effect[Any]]:
-    """The effects of the handlers a first trace plumbs in: every one installed
-    and reachable from here (those hidden or behind a staging trace are keyed
-    only if the function looks them up)."""
+def _reachable(
+    stack: _context.Stack, skip: frozenset[Effect[Any]], *, crossing: bool
+) -> list[Effect[Any]]:
+    """The effects of the handlers installed and reachable from here (those hidden
+    or behind a staging trace are keyed only if the function looks them up). With
+    `crossing` (what a first trace plumbs in), only those whose values can be
+    inputs of a compiled call: another one is seen as a stand-in, and plumbed in
+    (and explained if it fails) only if the function looks it up."""
     trace = _trace.current_trace_ref()
     effects = []
-    for effect, (_, ref) in stack.items():
+    for effect, (handler, ref) in stack.items():
         if effect in skip or isinstance(ref, Blocked):
             continue
         if type(ref) is Tracked:
             ref = ref.ref
-        if ref is trace or _trace.reachability(ref) == "ok":
+        if ref is not trace and _trace.reachability(ref) != "ok":
+            continue
+        if not crossing or _foreign_leaf(handler.export()) is None:
             effects.append(effect)
     return effects
+
+
+_INPUT_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
+def _foreign_leaf(export: Export) -> Any:
+    """A leaf of `export`'s const or carry that cannot be an input of a compiled
+    call (not an array or a Python number), or None."""
+    for leaf in jax.tree.leaves((export.const, export.carry)):
+        if not isinstance(leaf, _INPUT_TYPES):
+            return leaf
+    return None
+
+
+def _explain_inputs(resolved: Resolved, error: TypeError) -> None:
+    """Raise an `EffectTypeError` naming the handler whose value made a compiled
+    call fail, if one holds a value that cannot be an input."""
+    for handler, export in zip(resolved.handlers, resolved.exports, strict=True):
+        leaf = _foreign_leaf(export)
+        if leaf is not None:
+            raise EffectTypeError(
+                f"{handler.effect!r} holds a {type(leaf).__name__}, which cannot cross a "
+                "compiled call as an input: traced values (a traced Ask, a State, a key "
+                "stream) are arrays or Python numbers. Provide an array, or declare the "
+                "effect with static=True to pass a hashable Python value as part of the "
+                "cache key."
+            ) from error
 
 
 def _absorb(handlers: Sequence[Handler[Any]], outcomes: Sequence[Outcome]) -> None:

@@ -392,6 +392,8 @@ class Function:
         if jaxpr is None or out_tree is None:
             return None
         index = {key[0]: i for i, key in enumerate(plumbed_keys(wide.plan))}
+        if any(h.effect not in index for h in resolved.handlers):
+            return None  # a handler the wide trace saw as a stand-in only
         chosen = [index[h.effect] for h in resolved.handlers]
         if chosen != sorted(chosen):  # pragma: no cover - the row keeps the wide order
             return None

@@ -565,3 +565,26 @@ def test_an_unhashable_transformation_option_still_works():
 
     with scale.provide(jnp.float32(2)):
         assert float(fx.handle(fn, transform=transform)(1.0, n=3)) == 6.0
+
+
+def test_an_unrelated_handler_of_an_odd_type_does_not_break_a_compiled_call():
+    mode = fx.Ask[str]("mode")  # a traced Ask holding a string: no compiled input
+    registry = fx.State[object]("registry")
+    fast = fx.jit(lambda x: x * scale.ask())
+    with mode.provide("train"), registry.init(object()), scale.provide(jnp.float32(2)):
+        assert [float(fast(jnp.float32(i))) for i in range(3)] == [0.0, 2.0, 4.0]
+
+
+def test_a_handler_whose_value_cannot_be_an_input_is_named():
+    mode = fx.Ask[str]("mode")
+
+    def fn(x):
+        return x * 2 if mode.ask() == "train" else x
+
+    with mode.provide("train"):
+        assert float(fn(jnp.float32(1))) == 2.0  # eagerly it is a Python value
+        with pytest.raises(fx.EffectTypeError, match=r"Ask\('mode'\) holds a str.*static=True"):
+            fx.jit(fn)(jnp.float32(1))
+    static_mode = fx.Ask[str]("mode", static=True)
+    with static_mode.provide("train"):
+        assert float(fx.jit(lambda x: x * 2 if static_mode.ask() == "train" else x)(1.0)) == 2.0
