@@ -16,6 +16,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import jax
+import numpy as np
+
 # A contender is `batch(n)`: make n calls and block until their results are ready.
 Batch = Callable[[int], object]
 
@@ -143,6 +146,35 @@ def table_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in lines
     ]
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether two pytrees have the same leaves, bit for bit."""
+    return all(
+        np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+def paired_runs(
+    runs: Mapping[str, Callable[[], tuple[Any, Any]]], repeat: int
+) -> dict[str, list[Any]]:
+    """`repeat` rounds of every run in `runs`, their order alternating, after a first
+    round that warms JAX's own caches (untimed). Each run returns ``(measurement,
+    output)``; every round's outputs must agree bit for bit. Returns each run's
+    measurements."""
+    names = list(runs)
+    measured: dict[str, list[Any]] = {name: [] for name in names}
+    for i in range(repeat + 1):
+        outs = {}
+        for name in names if i % 2 == 0 else names[::-1]:
+            measurement, outs[name] = runs[name]()
+            if i:
+                measured[name].append(measurement)
+        first, *others = outs.values()
+        if not all(same_bits(first, other) for other in others):
+            raise AssertionError(f"{' and '.join(names)} disagree")
+    return measured
 
 
 def print_rows(title: str, rows: Iterable[Mapping[str, Any]]) -> None:

@@ -26,7 +26,6 @@ from typing import Any
 import _harness as h
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import effax as fx
 
@@ -58,9 +57,9 @@ class StagedJit:
 
         return call
 
-    @property
-    def total(self) -> float:
-        return sum(self.times.values())
+    def stages(self) -> dict[str, float]:
+        """The last call's stage times (s), and their total."""
+        return dict(self.times, total=sum(self.times.values()))
 
 
 def make_effectful(rounds: int, inner: int, keys: bool) -> Callable[[jax.Array], jax.Array]:
@@ -104,40 +103,22 @@ def measure(rounds: int, inner: int, keys: bool, repeat: int) -> dict[str, Any]:
     x = jnp.linspace(0.0, 1.0, 4, dtype=jnp.float32)
     scale_v, key, total0 = jnp.float32(0.5), jax.random.key(0), jnp.zeros(4, jnp.float32)
 
-    def run_effax() -> tuple[StagedJit, Any]:
+    def run_effax() -> tuple[dict[str, float], Any]:
         staged = StagedJit()
         fn = fx.handle(make_effectful(rounds, inner, keys), transform=staged)
         with fx.handlers(
             scale.provide(scale_v), noise.seed(key), total.init(total0), log.collect()
         ) as hs:
             y = fn(x)
-        return staged, (y, hs[total], tuple(hs[log]))
+        return staged.stages(), (y, hs[total], tuple(hs[log]))
 
-    def run_hand() -> tuple[StagedJit, Any]:
+    def run_hand() -> tuple[dict[str, float], Any]:
         staged = StagedJit()
         out = staged(make_pure(rounds, inner, keys))(scale_v, key, 0, total0, x)
-        return staged, out
+        return staged.stages(), out
 
-    stages: dict[str, list[dict[str, float]]] = {"effax": [], "hand": []}
-    agree = True
-    for i in range(repeat + 1):  # the first pair warms JAX's own caches, untimed
-        order = [("effax", run_effax), ("hand", run_hand)]
-        if i % 2:
-            order.reverse()
-        outs = {}
-        for name, run in order:
-            staged, outs[name] = run()
-            if i:
-                stages[name].append(dict(staged.times, total=staged.total))
-        agree = agree and all(
-            np.array_equal(np.asarray(a), np.asarray(b))
-            for a, b in zip(
-                jax.tree.leaves(outs["effax"]), jax.tree.leaves(outs["hand"]), strict=True
-            )
-        )
-    if not agree:
-        raise AssertionError("effax and the hand-plumbed function disagree")
-    return {"stages_s": stages, "agree": agree}
+    stages = h.paired_runs({"effax": run_effax, "hand": run_hand}, repeat)
+    return {"stages_s": stages, "agree": True}
 
 
 def _row(case: str, label: str, stages: dict[str, list[dict[str, float]]]) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     s, key, t0 = jnp.float32(0.5), jax.random.key(0), jnp.float32(0)
     others = unrelated_handlers()
 
-    def run_effax() -> tuple[float, Any, int, int]:
+    def run_effax() -> tuple[tuple[float, int, int], Any]:
         traces: list[None] = []
         step, _ = make_step(traces)
         fast = fx.jit(step)
@@ -101,9 +101,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             start = time.perf_counter()
             y = fast(w1, w2, x).block_until_ready()
             elapsed = time.perf_counter() - start
-        return elapsed, (y, hs[total]), len(traces), _COMPILES[0] - compiles
+        return (elapsed, len(traces), _COMPILES[0] - compiles), (y, hs[total])
 
-    def run_hand() -> tuple[float, Any, int, int]:
+    def run_hand() -> tuple[tuple[float, int, int], Any]:
         traces: list[None] = []
         _, hand = make_step(traces)
         fast = jax.jit(hand)
@@ -112,29 +112,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         y, t = fast(w1, w2, x, s, key, 0, t0)
         y.block_until_ready()
         elapsed = time.perf_counter() - start
-        return elapsed, (y, t), len(traces), _COMPILES[0] - compiles
+        return (elapsed, len(traces), _COMPILES[0] - compiles), (y, t)
 
-    samples: dict[str, list[float]] = {"effax": [], "hand": []}
-    counts: dict[str, tuple[int, int]] = {}
-    agree = True
-    for i in range(repeat + 1):  # the first pair warms JAX's own caches, untimed
-        order = [("effax", run_effax), ("hand", run_hand)]
-        if i % 2:
-            order.reverse()
-        outs = {}
-        for name, run in order:
-            elapsed, outs[name], n_traces, n_compiles = run()
-            counts[name] = (n_traces, n_compiles)
-            if i:
-                samples[name].append(elapsed)
-        agree = agree and all(
-            np.array_equal(np.asarray(a), np.asarray(b))
-            for a, b in zip(
-                jax.tree.leaves(outs["effax"]), jax.tree.leaves(outs["hand"]), strict=True
-            )
-        )
-    if not agree:
-        raise AssertionError("effax and the hand-plumbed step disagree")
+    measured = h.paired_runs({"effax": run_effax, "hand": run_hand}, repeat)
+    samples = {name: [m[0] for m in ms] for name, ms in measured.items()}
+    counts = {name: ms[-1][1:] for name, ms in measured.items()}  # (traces, compiles)
     rows = [
         h.row(
             "7",
@@ -152,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     ]
     h.print_rows("case 7: first call (median ms; ratio paired)", rows)
-    results = {"rows": rows, "repeat": repeat, "counts": counts, "agree": agree}
+    results = {"rows": rows, "repeat": repeat, "counts": counts, "agree": True}
     if args.json:
         print(json.dumps(results))
     return results

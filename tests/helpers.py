@@ -1,7 +1,11 @@
 """Shared test utilities: comparing pytrees the way transparency promises."""
 
+import attrs
 import jax
+import jax.numpy as jnp
 import numpy as np
+
+import effax as fx
 
 
 def as_bits(leaf):
@@ -39,3 +43,37 @@ def assert_transparent(compiled, eager, *, rtol=1e-6):
     bitwise with `assert_bitwise_equal`.
     """
     _compare(compiled, eager, float_rtol=rtol)
+
+
+# --- a user-defined effect ----------------------------------------------------------
+
+
+class Counter(fx.Effect["Tally"]):
+    """A user-defined effect: `tick()` adds one to its handler's count."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def tick(self):
+        tally = self.handler()
+        tally.count = tally.count + 1
+
+
+@attrs.define(eq=False)
+class Tally(fx.Handler[Counter]):
+    """A user-defined handler on fields: the generated code inlines it."""
+
+    effect: Counter
+    count: jax.Array = attrs.field(factory=lambda: jnp.int32(0))
+    fields = fx.Fields(carry="count")
+
+    @property
+    def value(self):
+        return self.count
+
+    @classmethod
+    def rebuild(cls, effect, static, const, carry):
+        return cls(effect, carry)
+
+
+events = Counter("events")

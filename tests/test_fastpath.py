@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_bitwise_equal, assert_transparent
+from helpers import Tally, assert_bitwise_equal, assert_transparent, events
 
 import effax as fx
 from effax import _callpath
@@ -230,23 +230,6 @@ def test_inside_effax_vmap():
 
 
 @attrs.define(eq=False)
-class Tally(fx.Handler["Counter"]):
-    """A user-defined handler on fields: the generated code inlines it."""
-
-    effect: "Counter"
-    count: jax.Array = attrs.field(factory=lambda: jnp.int32(0))
-    fields = fx.Fields(carry="count")
-
-    @property
-    def value(self):
-        return self.count
-
-    @classmethod
-    def rebuild(cls, effect, static, const, carry):
-        return cls(effect, carry)
-
-
-@attrs.define(eq=False)
 class LoudTally(Tally):
     """The same, with the protocol methods overridden: the generated code calls them."""
 
@@ -259,18 +242,6 @@ class LoudTally(Tally):
     def absorb(self, outcome, *, steps):
         self.calls.append("absorb")
         self.count = outcome.carry
-
-
-class Counter(fx.Effect[Tally]):
-    def __init__(self, name):
-        self.name = name
-
-    def tick(self):
-        tally = self.handler()
-        tally.count = tally.count + 1
-
-
-events = Counter("events")
 
 
 @pytest.mark.parametrize("cls", [Tally, LoudTally])

@@ -2,14 +2,13 @@
 
 import asyncio
 import threading
-from typing import Any
 
 import attrs
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_bitwise_equal
+from helpers import Tally, assert_bitwise_equal, events
 
 import effax as fx
 from effax import _trace
@@ -99,31 +98,9 @@ def test_handler_escaping_its_trace_is_refused():
             pass
 
 
-class Counter(fx.Effect["Tally"]):
-    def __init__(self, name):
-        self.name = name
-
-    def tick(self):
-        tally = self.handler()
-        tally.count = tally.count + 1
-
-
-@attrs.define  # eq=True: not hashable, and no bookkeeping field of its own
-class Tally(fx.Handler[Counter]):
-    effect: Counter
-    count: Any = 0
-    fields = fx.Fields(carry="count")
-
-    @property
-    def value(self):
-        return self.count
-
-    @classmethod
-    def rebuild(cls, effect, static, const, carry):
-        return cls(effect, carry)
-
-
-events = Counter("events")
+@attrs.define  # eq=True: not hashable
+class HashlessTally(Tally):
+    pass
 
 
 @pytest.mark.leaks_on_purpose
@@ -133,7 +110,7 @@ def test_user_defined_handler_escaping_its_trace_is_refused():
 
     @jax.jit
     def f(x):
-        escaped.append(Tally(events, x))
+        escaped.append(HashlessTally(events, x))
         return x
 
     f(jnp.int32(1))
@@ -142,7 +119,7 @@ def test_user_defined_handler_escaping_its_trace_is_refused():
             pass
     with pytest.raises(fx.EffectLeakError, match="escaped the transformation"):
         fx.handle(events.tick, escaped[0], transform=jax.jit)()
-    with Tally(events, jnp.int32(0)) as fine:  # made here: installs and counts
+    with HashlessTally(events, jnp.int32(0)) as fine:  # made here: installs and counts
         fx.jit(events.tick)()
     assert int(fine.value) == 1
 
