@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools as ft
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple, ParamSpec, TypeVar, cast, overload
 
 import jax
@@ -43,8 +43,8 @@ from ._program import (
     plumbed_keys,
     resolve,
 )
-from ._protocol import Export, Handler, Outcome
-from ._region import check_writes, note_used, outcomes_of, outer_homes, run_inside
+from ._protocol import Export, Handler
+from ._region import absorb_all, note_used, outcomes_of, outer_homes, run_inside
 
 __all__ = ["handle", "jit"]
 
@@ -141,11 +141,8 @@ class _Handled:
         if program.abstract:  # jax.eval_shape: nothing was computed, nothing changes
             return result[0]
         handlers = resolved.handlers
-        outcomes = program.outcomes(result[1])
-        homes = outer_homes(stack, handlers)
-        check_writes(handlers, outcomes, homes)
-        _absorb(handlers, outcomes)
-        if not any(homes):
+        absorb_all(stack, handlers, program.outcomes(result[1]), steps=1)
+        if not any(outer_homes(stack, handlers)):
             # Every handler lives on this trace (the warm path writes without
             # checking): calls under this stack can take the warm path.
             self.bind(stack, resolved.plan, program, handlers, result[1])
@@ -216,9 +213,7 @@ class _Handled:
         out, inner = run_inside(plan, dynamic, self.fn, args, kwargs, track=used)
         outcomes = outcomes_of(plan, dynamic, inner, carry_required=False)
         note_used(stack, used)  # a traced region around the call depends on them
-        check_writes(handlers, outcomes, outer_homes(stack, handlers))
-        for handler, outcome in zip(handlers, outcomes, strict=True):
-            handler.absorb(outcome, steps=1)
+        absorb_all(stack, handlers, outcomes, steps=1)
         return out
 
     def rebind(
@@ -277,8 +272,9 @@ class _Handled:
 
         def mismatch(hs: tuple[Handler[Any], ...], result: Any) -> Any:
             # A retrace gave another output layout: absorb it, switch layouts.
-            _absorb(hs, program.outcomes(result[1]))
-            self.bind(_context.current_stack(), plan, program, hs, result[1])
+            current = _context.current_stack()
+            absorb_all(current, hs, program.outcomes(result[1]), steps=1)
+            self.bind(current, plan, program, hs, result[1])
             return result[0]
 
         stack_id = id(stack)
@@ -366,13 +362,6 @@ def _explain_inputs(resolved: Resolved, error: TypeError) -> None:
                 "effect with static=True to pass a hashable Python value as part of the "
                 "cache key."
             ) from error
-
-
-def _absorb(handlers: Sequence[Handler[Any]], outcomes: Sequence[Outcome]) -> None:
-    for handler, outcome in zip(handlers, outcomes, strict=True):
-        static, carry, values = outcome
-        if static is not None or carry is not None or values is not None:
-            handler.absorb(outcome, steps=1)
 
 
 # Functions handled without handlers of their own, by function (weakly) and

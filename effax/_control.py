@@ -25,7 +25,6 @@ from jax import lax
 
 from ._effect import Effect
 from ._errors import EffectUsageError
-from ._protocol import Outcome
 from ._region import Plan, Region
 
 __all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
@@ -66,21 +65,18 @@ def scan(
 
     """
     region = Region(f)
-    statics: list[Any] = []
 
     def body(carry: Any, x: Any) -> Any:
         user_carry, handler_carries = carry
         (new_carry, y), outcomes = region.run(f, handler_carries, (user_carry, x))
-        statics[:] = [o.static for o in outcomes]
-        return (new_carry, [o.carry for o in outcomes]), (y, [o.values for o in outcomes])
+        carries, values = region.split(outcomes)
+        return (new_carry, carries), (y, values)
 
     (final, carries), (ys, values) = lax.scan(
         body, (init, region.carries), xs, length=length, reverse=reverse, unroll=unroll
     )
     steps = length if length is not None else len(jax.tree.leaves(xs)[0])
-    region.absorb(
-        [Outcome(s, c, v) for s, c, v in zip(statics, carries, values, strict=True)], steps=steps
-    )
+    region.absorb(carries, values, steps=steps)
     return final, ys
 
 
@@ -208,7 +204,8 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
         return new_value, [o.carry for o in outcomes]
 
     final, carries = lax.while_loop(cond, body, (init_val, region.carries))
-    region.absorb([Outcome(None, c, ()) for c in carries], steps=None)
+    none = [None] * len(carries)
+    region.absorb(carries, none, steps=None, statics=none)
     return final
 
 
@@ -252,9 +249,7 @@ def _branches(
         per_branch[0] if all(s == per_branch[0] for s in per_branch) else None
         for per_branch in zip(*statics, strict=True)
     ]
-    region.absorb(
-        [Outcome(s, c, v) for s, c, v in zip(merged, carries, values, strict=True)], steps=1
-    )
+    region.absorb(carries, values, steps=1, statics=merged)
     return out  # type: ignore[no-any-return]
 
 

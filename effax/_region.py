@@ -30,6 +30,7 @@ __all__ = [
     "Home",
     "Plan",
     "Region",
+    "absorb_all",
     "check_carry",
     "check_writes",
     "note_used",
@@ -208,6 +209,25 @@ def check_writes(
             raise EffectLeakError(OWN_WRITE_LEAK.format(effect=handler.effect))
 
 
+def absorb_all(
+    stack: _context.Stack,
+    handlers: Sequence[Handler[Any]],
+    outcomes: Sequence[Outcome],
+    *,
+    steps: int | None,
+    policy: BatchPolicy | None = None,
+) -> None:
+    """Write outcomes back into the handlers around a region (`stack` is where it
+    was called): every write is checked first (`check_writes`), so a refused one
+    leaves every handler as it was; empty outcomes are skipped."""
+    check_writes(handlers, outcomes, outer_homes(stack, handlers))
+    for handler, outcome in zip(handlers, outcomes, strict=True):
+        if policy is not None:
+            handler.batch_absorb(outcome, policy)
+        elif outcome.static is not None or outcome.carry is not None or outcome.values is not None:
+            handler.absorb(outcome, steps=steps)
+
+
 def _strong(tree: Any) -> Any:
     """Strip weak types from carry leaves, so that a loop's carry keeps its type."""
 
@@ -252,6 +272,7 @@ class Region:
         self.consts = [e.const for e in exports]
         self.carries = [_strong(e.carry) for e in exports]
         self.used: set[Effect[Any]] = set()
+        self.statics: list[Any] = [None] * len(self.handlers)
         if policy is not None:
             # A handler that absorbs a batched region its own way (a key stream
             # draws the key it splits) is changed by the region whether or not the
@@ -276,16 +297,26 @@ class Region:
         out, inner = run_inside(self.plan, dynamic, fn, args, kwargs or {}, track=self.used)
         return out, outcomes_of(self.plan, dynamic, inner, carry_required=carry_required)
 
-    def absorb(self, outcomes: Sequence[Outcome], *, steps: int | None) -> None:
-        """Write the region's outcomes back into the handlers around it (refusing,
-        before anything is written, an outcome that would leak a tracer into one)."""
+    def split(self, outcomes: Sequence[Outcome]) -> tuple[list[Any], list[Any]]:
+        """Inside a body: keep the outcomes' static parts (known at trace time), and
+        return their carries and values, which leave the body as its outputs."""
+        self.statics = [o.static for o in outcomes]
+        return [o.carry for o in outcomes], [o.values for o in outcomes]
+
+    def absorb(
+        self,
+        carries: Sequence[Any],
+        values: Sequence[Any],
+        *,
+        steps: int | None,
+        statics: Sequence[Any] | None = None,
+    ) -> None:
+        """After the region: write what its body's handlers sent out (the static
+        parts kept by `split`, unless given) back into the handlers around it."""
+        statics = self.statics if statics is None else statics
+        outcomes = [Outcome(*o) for o in zip(statics, carries, values, strict=True)]
         note_used(self.stack, self.used)
-        check_writes(self.handlers, outcomes, outer_homes(self.stack, self.handlers))
-        for handler, outcome in zip(self.handlers, outcomes, strict=True):
-            if self.policy is None:
-                handler.absorb(outcome, steps=steps)
-            else:
-                handler.batch_absorb(outcome, self.policy)
+        absorb_all(self.stack, self.handlers, outcomes, steps=steps, policy=self.policy)
 
     def effect_with_values(self, values: Sequence[Any]) -> Effect[Any] | None:
         for (effect, _, _), value in zip(self.plan, values, strict=True):

@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec
 from . import _trace
 from ._callpath import handle
 from ._errors import EffectLeakError
-from ._protocol import BatchPolicy, Outcome
+from ._protocol import BatchPolicy
 from ._region import Region
 
 __all__ = ["checkpoint", "grad", "shard_map", "value_and_grad", "vmap"]
@@ -63,20 +63,16 @@ def value_and_grad(
     @ft.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         region = Region(fun)
-        box: list[list[Any]] = []
 
         def inner(*args: Any, **kwargs: Any) -> Any:
             out, outcomes = region.run(fun, region.carries, args, kwargs, carry_required=False)
             value, aux = out if has_aux else (out, None)
-            box[:] = [[o.static for o in outcomes]]
-            return value, (aux, [(o.carry, o.values) for o in outcomes])
+            return value, (aux, region.split(outcomes))
 
-        (value, (aux, dynamic)), grads = jax.value_and_grad(
+        (value, (aux, (carries, values))), grads = jax.value_and_grad(
             inner, argnums, has_aux=True, holomorphic=holomorphic, allow_int=allow_int
         )(*args, **kwargs)
-        region.absorb(
-            [Outcome(s, c, v) for s, (c, v) in zip(box[0], dynamic, strict=True)], steps=1
-        )
+        region.absorb(carries, values, steps=1)
         return ((value, aux) if has_aux else value), grads
 
     return wrapped
@@ -131,7 +127,6 @@ def _batched(
     the values stacked along a new leading axis.
     """
     call_ref = _trace.current_trace_ref()
-    statics: list[Any] = []
 
     def inner(carries: Any, *args: Any) -> Any:
         out, outcomes = region.run(fun, carries, args, carry_required=False)
@@ -146,17 +141,13 @@ def _batched(
                         f"of {wrapper_name}, but its policy shares one value across the "
                         f"batch: {_POLICY_HINT}."
                     )
-        statics[:] = [o.static for o in outcomes]
-        return out, [o.carry for o in outcomes], [o.values for o in outcomes]
+        return out, *region.split(outcomes)
 
     mapped = transform(inner, region.carry_axes, region.carries)
 
     def call(*args: Any) -> Any:
         out, carries, values = mapped(region.carries, *args)
-        region.absorb(
-            [Outcome(s, c, v) for s, c, v in zip(statics, carries, values, strict=True)],
-            steps=1,
-        )
+        region.absorb(carries, values, steps=1)
         return out
 
     return call
