@@ -176,15 +176,8 @@ def truncated_normal(
 
 
 def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
-    """Standard Gumbel samples.
-
-    Calls `jax.random.gumbel` with the next key of `stream`.
-
-    **Arguments:**
-
-    - `shape`: the shape of the result (default: a scalar).
-    - `dtype`: a floating-point dtype.
-    - `stream`: the key stream to draw from (default `effax.rng`).
+    """Standard Gumbel samples: `jax.random.gumbel` with the next key of `stream`
+    (the arguments are `normal`'s).
 
     **Example:**
 
@@ -201,15 +194,8 @@ def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
 
 
 def exponential(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
-    """Standard exponential samples.
-
-    Calls `jax.random.exponential` with the next key of `stream`.
-
-    **Arguments:**
-
-    - `shape`: the shape of the result (default: a scalar).
-    - `dtype`: a floating-point dtype.
-    - `stream`: the key stream to draw from (default `effax.rng`).
+    """Standard exponential samples: `jax.random.exponential` with the next key of
+    `stream` (the arguments are `normal`'s).
 
     **Example:**
 
