@@ -26,7 +26,6 @@ import jax
 import numpy as np
 
 from . import _context, _trace, _warmpath
-from ._context import Blocked, Tracked
 from ._effect import Effect
 from ._errors import EffectTypeError
 from ._plumb import Transform, check_callable, normalize_transform
@@ -44,7 +43,7 @@ from ._program import (
     resolve,
 )
 from ._protocol import Export, Handler
-from ._region import absorb_all, note_used, outcomes_of, outer_homes, run_inside
+from ._region import absorb_all, note_used, outcomes_of, outer_handlers, outer_homes, run_inside
 
 __all__ = ["handle", "jit"]
 
@@ -115,7 +114,13 @@ class _Handled:
         while True:
             row = function.row
             if row is None:  # never traced: plumb everything reachable, learn the row
-                effects = _reachable(stack, function.own_effects, crossing=True)
+                # what can be a compiled input; any other one is seen as a stand-in,
+                # plumbed in (and explained if that fails) only if `fn` looks it up
+                effects = [
+                    h.effect
+                    for h in outer_handlers(stack, skip=function.own_effects)
+                    if _foreign_leaf(h.export()) is None
+                ]
                 resolved = resolve(stack, effects, self.own, note=False)
             else:
                 resolved = resolve(stack, tuple(row), self.own, note=True)
@@ -141,8 +146,8 @@ class _Handled:
         if program.abstract:  # jax.eval_shape: nothing was computed, nothing changes
             return result[0]
         handlers = resolved.handlers
-        absorb_all(stack, handlers, program.outcomes(result[1]), steps=1)
-        if not any(outer_homes(stack, handlers)):
+        homes = absorb_all(stack, handlers, program.outcomes(result[1]), steps=1)
+        if not any(homes):
             # Every handler lives on this trace (the warm path writes without
             # checking): calls under this stack can take the warm path.
             self.bind(stack, resolved.plan, program, handlers, result[1])
@@ -202,7 +207,7 @@ class _Handled:
         handlers and of every reachable one around the call, and absorb what they
         gained only once it returned (a call that raises changes nothing)."""
         stack = _context.current_stack()
-        effects = _reachable(stack, frozenset(h.effect for h in self.own), crossing=False)
+        effects = [h.effect for h in outer_handlers(stack, skip=[h.effect for h in self.own])]
         resolved = resolve(stack, effects, self.own, note=False)
         handlers = resolved.handlers
         plan = tuple(
@@ -313,28 +318,6 @@ class _Handled:
         """Make the entry run `code` in `env` (either order is safe; see _warmpath)."""
         self.cell.cell_contents = env
         self.entry.__code__ = code.code
-
-
-def _reachable(
-    stack: _context.Stack, skip: frozenset[Effect[Any]], *, crossing: bool
-) -> list[Effect[Any]]:
-    """The effects of the handlers installed and reachable from here (those hidden
-    or behind a staging trace are keyed only if the function looks them up). With
-    `crossing` (what a first trace plumbs in), only those whose values can be
-    inputs of a compiled call: another one is seen as a stand-in, and plumbed in
-    (and explained if it fails) only if the function looks it up."""
-    trace = _trace.current_trace_ref()
-    effects = []
-    for effect, (handler, ref) in stack.items():
-        if effect in skip or isinstance(ref, Blocked):
-            continue
-        if type(ref) is Tracked:
-            ref = ref.ref
-        if ref is not trace and _trace.reachability(ref) != "ok":
-            continue
-        if not crossing or _foreign_leaf(handler.export()) is None:
-            effects.append(effect)
-    return effects
 
 
 _INPUT_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)

@@ -216,16 +216,19 @@ def absorb_all(
     *,
     steps: int | None,
     policy: BatchPolicy | None = None,
-) -> None:
+) -> list[Home | None]:
     """Write outcomes back into the handlers around a region (`stack` is where it
     was called): every write is checked first (`check_writes`), so a refused one
-    leaves every handler as it was; empty outcomes are skipped."""
-    check_writes(handlers, outcomes, outer_homes(stack, handlers))
+    leaves every handler as it was; empty outcomes are skipped. Returns the
+    handlers' `outer_homes`."""
+    homes = outer_homes(stack, handlers)
+    check_writes(handlers, outcomes, homes)
     for handler, outcome in zip(handlers, outcomes, strict=True):
         if policy is not None:
             handler.batch_absorb(outcome, policy)
         elif outcome.static is not None or outcome.carry is not None or outcome.values is not None:
             handler.absorb(outcome, steps=steps)
+    return homes
 
 
 def _strong(tree: Any) -> Any:

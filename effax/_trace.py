@@ -82,26 +82,21 @@ def reachability(set_ref: TraceRef) -> Reach:
     """
     if _trace_state.value is set_ref:
         return "ok"
-    trace = _trace_ctx.trace
-    staged = False
-    while trace is not None:
-        if trace._weakref is set_ref:
-            return "staged" if staged else "ok"
-        if isinstance(trace, _Staging):
-            staged = True
-        trace = getattr(trace, "parent_trace", None)
-    return "detached"
+    count = stagings_between(set_ref)
+    return "detached" if count is None else "staged" if count else "ok"
 
 
 def stagings_between(set_ref: TraceRef) -> int | None:
     """How many staging traces lie between the current trace (inclusive) and the
     trace of ``set_ref`` (exclusive), or None if that trace is not an ancestor."""
     count = 0
-    for trace in _ancestors(_trace_ctx.trace):
+    trace = _trace_ctx.trace
+    while trace is not None:
         if trace._weakref is set_ref:
             return count
         if isinstance(trace, _Staging):
             count += 1
+        trace = getattr(trace, "parent_trace", None)
     return None
 
 
