@@ -18,8 +18,9 @@ Everything else takes the general path here.
 from __future__ import annotations
 
 import functools as ft
+import inspect
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, ParamSpec, TypeVar, cast, overload
 
 import jax
@@ -43,7 +44,15 @@ from ._program import (
     resolve,
 )
 from ._protocol import Export, Handler
-from ._region import absorb_all, note_used, outcomes_of, outer_handlers, outer_homes, run_inside
+from ._region import (
+    absorb_all,
+    enter_inside,
+    note_used,
+    outcomes_of,
+    outer_handlers,
+    outer_homes,
+    run_inside,
+)
 
 __all__ = ["handle", "jit"]
 
@@ -63,6 +72,24 @@ class _Bound(NamedTuple):
     code: _warmpath.Template
     env: tuple[Any, ...]
     fn: Callable[..., Any]
+
+
+class _EagerRegion(NamedTuple):
+    """An eager handled call in progress: the copies it runs under, installed."""
+
+    stack: _context.Stack
+    handlers: Sequence[Handler[Any]]
+    plan: Plan
+    dynamic: list[tuple[Any, Any]]
+    used: set[Effect[Any]]
+    token: Any
+    inner: list[Handler[Any]]
+
+    def finish(self) -> None:
+        """Absorb what the copies gained into the handlers they copy."""
+        outcomes = outcomes_of(self.plan, self.dynamic, self.inner, carry_required=False)
+        note_used(self.stack, self.used)  # a traced region around the call depends on them
+        absorb_all(self.stack, self.handlers, outcomes, steps=1)
 
 
 class _Handled:
@@ -206,20 +233,37 @@ class _Handled:
         """``handle`` without a transformation: run `fn` under copies of the own
         handlers and of every reachable one around the call, and absorb what they
         gained only once it returned (a call that raises changes nothing)."""
+        region = self.enter_eagerly()
+        try:
+            out = self.fn(*args, **kwargs)
+        finally:
+            _context.pop(region.token)
+        region.finish()
+        return out
+
+    async def call_async(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """`call_eagerly` for a coroutine function: the handlers are installed
+        while the coroutine runs (in its task's context)."""
+        region = self.enter_eagerly()
+        try:
+            out = await self.fn(*args, **kwargs)
+        finally:
+            _context.pop(region.token)
+        region.finish()
+        return out
+
+    def enter_eagerly(self) -> _EagerRegion:
         stack = _context.current_stack()
         effects = [h.effect for h in outer_handlers(stack, skip=[h.effect for h in self.own])]
         resolved = resolve(stack, effects, self.own, note=False)
-        handlers = resolved.handlers
         plan = tuple(
-            (h.effect, type(h), e.static) for h, e in zip(handlers, resolved.exports, strict=True)
+            (h.effect, type(h), e.static)
+            for h, e in zip(resolved.handlers, resolved.exports, strict=True)
         )
         dynamic = [(e.const, e.carry) for e in resolved.exports]
         used: set[Effect[Any]] = set()
-        out, inner = run_inside(plan, dynamic, self.fn, args, kwargs, track=used)
-        outcomes = outcomes_of(plan, dynamic, inner, carry_required=False)
-        note_used(stack, used)  # a traced region around the call depends on them
-        absorb_all(stack, handlers, outcomes, steps=1)
-        return out
+        token, inner = enter_inside(plan, dynamic, track=used)
+        return _EagerRegion(stack, resolved.handlers, plan, dynamic, used, token, inner)
 
     def rebind(
         self, stack: _context.Stack, resolved: Resolved, program: Program
@@ -429,6 +473,21 @@ def handle(
     check_callable(fn, "fn")
     if transform is not None:
         check_callable(transform, "transform")
+    kind = _suspending(fn)
+    if kind is not None and (transform is not None or kind != "a coroutine"):
+        raise EffectTypeError(
+            f"effax.handle got {kind} function {getattr(fn, '__qualname__', fn)!r}"
+            + (
+                ", which a JAX transformation cannot trace (it returns a "
+                f"{kind.split()[-1]}, not arrays). Handle (or compile) the synchronous "
+                "function it calls instead."
+                if transform is not None
+                else ": its body runs when it is iterated, after the handled call has "
+                "returned, so the handlers would not be installed. Install them inside "
+                "it (`with handler: ...` in the body), or handle the function that "
+                "computes each item."
+            )
+        )
     for handler in handlers:
         if not isinstance(handler, Handler):
             raise EffectTypeError(
@@ -443,6 +502,11 @@ def handle(
         function = _shared(fn, transform)
     handled = _Handled(fn, handlers, function)
     entry = handled.entry
+    if kind == "a coroutine":
+
+        async def entry(*args: Any, **kwargs: Any) -> Any:
+            return await handled.call_async(args, kwargs)
+
     ft.update_wrapper(entry, fn)
     declared = getattr(fn, "__effax_row__", None)
     if declared is not None:
@@ -450,6 +514,17 @@ def handle(
         own = {h.effect for h in handlers}
         entry.__effax_row__ = tuple(e for e in declared if e not in own)  # type: ignore[attr-defined]
     return cast("Callable[P, R]", entry)
+
+
+def _suspending(fn: Callable[..., Any]) -> str | None:
+    """What kind of function `fn` is if calling it does not run its body."""
+    if inspect.iscoroutinefunction(fn):
+        return "a coroutine"
+    if inspect.isasyncgenfunction(fn):
+        return "an async generator"
+    if inspect.isgeneratorfunction(fn):
+        return "a generator"
+    return None
 
 
 @overload

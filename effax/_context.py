@@ -27,6 +27,8 @@ __all__ = [
     "Stack",
     "Tracked",
     "current_stack",
+    "enter",
+    "exit",
     "note_missing",
     "pop",
     "push",
@@ -197,6 +199,34 @@ def note_missing(effect: Effect[Any]) -> None:
 
 def pop(token: contextvars.Token[Stack]) -> None:
     _STACK.reset(token)
+
+
+# The tokens of handlers (and bundles) entered as context managers, by owner id,
+# innermost last. A context variable, so that one handler object entered by two
+# threads or asyncio tasks that exit in any order restores each its own stack.
+_ENTERED: contextvars.ContextVar[dict[int, tuple[contextvars.Token[Stack], ...]]] = (
+    contextvars.ContextVar("effax.entered", default={})
+)
+
+
+def enter(owner: object, handlers: tuple[Handler[Any], ...]) -> None:
+    """Install `handlers` for `owner`'s ``with`` block, in the current context."""
+    token = push(handlers)
+    entered = _ENTERED.get()
+    _ENTERED.set({**entered, id(owner): (*entered.get(id(owner), ()), token)})
+
+
+def exit(owner: object) -> None:
+    """Undo the innermost `enter(owner, ...)` of the current context."""
+    entered = _ENTERED.get()
+    *rest, token = entered[id(owner)]
+    remaining = dict(entered)
+    if rest:
+        remaining[id(owner)] = tuple(rest)
+    else:
+        del remaining[id(owner)]
+    _ENTERED.set(remaining)
+    pop(token)
 
 
 # --- stack-entry markers ------------------------------------------------------------

@@ -9,6 +9,9 @@ enforced; an operation that stores a value (`set`, `emit`) goes through
 
 from __future__ import annotations
 
+import importlib
+import keyword
+import sys
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import jax
@@ -61,11 +64,41 @@ class Effect(Generic[H]):
 
     def handler_example(self) -> str:
         """How a handler of this effect is made, e.g. ``steps.init(value)`` (for
-        messages that tell the user what to install)."""
-        return self.handler_hint.format(name=self.name)
+        messages that tell the user what to install): valid Python, naming the
+        effect by its name if that is an identifier, else ``effect``."""
+        return self.handler_hint.format(name=self.variable_name())
+
+    def variable_name(self) -> str:
+        """The effect's name if it can name a Python variable, else ``"effect"``."""
+        name = self.name
+        return name if name.isidentifier() and not keyword.iskeyword(name) else "effect"
+
+    def where_variable(self) -> str:
+        """For messages using `handler_example`: says which object ``effect`` is,
+        when the example could not use the effect's own name."""
+        return "" if self.variable_name() == self.name else f" (where `effect` is {self!r})"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+    # An effect is an identity: copies are the effect itself, and pickling refers
+    # to the module-level name it is bound to (as pickle does for classes).
+    def __copy__(self) -> Effect[H]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Effect[H]:
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        where = _module_global(self)
+        if where is None:
+            raise EffectTypeError(
+                f"{self!r} cannot be pickled: an effect is an identity, so it pickles as a "
+                "reference to the module-level name it is bound to, and it is not bound to "
+                "one in any imported module. Declare it at module level "
+                f"(`{self.variable_name()} = {self!r}` in a module), or pickle the values of its handlers instead."
+            )
+        return _load_effect, where
 
     def handler(self) -> H:
         """The innermost handler of this effect, checked for trace safety.
@@ -81,7 +114,7 @@ class Effect(Generic[H]):
             raise UnhandledEffectError(
                 f"{self!r} was performed with no handler installed. Install one around "
                 f"the call, e.g. `with {self.handler_example()}: ...` or "
-                f"`effax.handle(fn, {self.handler_example()})`."
+                f"`effax.handle(fn, {self.handler_example()})`{self.where_variable()}."
             )
         handler, ref = entry
         if ref is not _trace.current_trace_ref():
@@ -101,18 +134,7 @@ class Effect(Generic[H]):
         if reach == "ok":
             return
         _context.note_missing(self)
-        api = _trace.innermost_staging_api()
-        if reach == "staged":
-            where = f"inside {api[0]}" if api else "inside a staging JAX transformation"
-            fix = api[1] if api else "the effax wrapper of that transformation"
-        else:
-            where = f"inside {api[0]}" if api else "under a JAX trace"
-            where += ", which is not nested inside the trace of its handler"
-            fix = api[1] if api else "effax.shard_map or effax.handle"
-        raise EffectLeakError(
-            f"{self!r} was performed {where}, but its handler was installed outside it. "
-            f"Use {fix} instead. {LEAK_EXPLANATION}"
-        )
+        raise EffectLeakError(leak_message(self, reach))
 
     def handler_for_write(self, value: Any) -> H:
         """`handler()`, refusing `value` if it holds a tracer that would outlive its
@@ -122,6 +144,40 @@ class Effect(Generic[H]):
         if ref is not _trace.current_trace_ref():
             check_write(self, value, ref)
         return handler
+
+
+def leak_message(effect: Effect[Any], reach: str) -> str:
+    """The message of performing `effect` where its handler cannot be reached."""
+    rule = _trace.custom_rule_traced()
+    if rule is not None:
+        return (
+            f"{effect!r} was performed in a {rule.split()[0]} function or rule that JAX "
+            "traced when it differentiated a compiled function, after that function's call "
+            "had returned; "
+            "JAX caches the traced rule with the compiled function, so the handler's value "
+            "would be baked in. Read the value in the custom function itself and pass it "
+            "to the rule (as a residual of custom_vjp's fwd, or an argument of the "
+            "custom_jvp function), or differentiate inside the compiled function: "
+            "effax.jit(jax.grad(f)) rather than jax.grad(effax.jit(f))."
+        )
+    api = _trace.innermost_staging_api()
+    if reach == "staged":
+        where = f"inside {api[0]}" if api else "inside a staging JAX transformation"
+        fix = (
+            f"Use {api[1]} instead."
+            if api
+            else "Install the handler inside the transformed function, or use the effax "
+            "wrapper of the transformation (effax.jit, effax.scan, effax.cond, "
+            "effax.while_loop, effax.checkpoint, effax.shard_map) if it has one."
+        )
+    else:
+        where = f"inside {api[0]}" if api else "under a JAX trace"
+        where += ", which is not nested inside the trace of its handler"
+        fix = f"Use {api[1] if api else 'effax.shard_map or effax.handle'} instead."
+    return (
+        f"{effect!r} was performed {where}, but its handler was installed outside it. "
+        f"{fix} {LEAK_EXPLANATION}"
+    )
 
 
 def check_write(effect: Effect[Any], value: Any, ref: Any) -> None:
@@ -140,3 +196,24 @@ def init_effect(effect: Effect[Any], name: str) -> None:
     if not isinstance(name, str):
         raise EffectTypeError(f"An effect's name must be a string, got {type(name).__name__}.")
     object.__setattr__(effect, "name", name)
+
+
+def _module_global(effect: Effect[Any]) -> tuple[str, str] | None:
+    """`(module, name)` of a module-level global bound to `effect`, preferring a
+    public module (``effax`` over ``effax._random_key``)."""
+    found = [
+        (module_name, name)
+        for module_name, module in list(sys.modules.items())
+        for name, value in list(getattr(module, "__dict__", {}).items())
+        if value is effect
+    ]
+    if not found:
+        return None
+    return min(found, key=lambda m: (any(p.startswith("_") for p in m[0].split(".")), m))
+
+
+def _load_effect(module: str, name: str) -> Effect[Any]:
+    effect = getattr(importlib.import_module(module), name)
+    if not isinstance(effect, Effect):
+        raise EffectTypeError(f"{module}.{name} is not an effect but a {type(effect).__name__}.")
+    return effect

@@ -57,8 +57,8 @@ class EffectTypeError(EffectError, TypeError):
     ...     effax.rng.seed("zero")
     ... except effax.EffectTypeError as e:
     ...     print(e)
-    RandomKey('rng').seed(...) takes an int, a typed key (jax.random.key) or a raw
-    uint32[2] key (jax.random.PRNGKey), not a str.
+    RandomKey('rng').seed(...) takes an int (or integer scalar array), a typed key
+    (jax.random.key) or a raw uint32[2] key (jax.random.PRNGKey), not a str.
 
     """
 

@@ -9,7 +9,7 @@ from . import _context
 from ._ask import Ask
 from ._effect import Effect
 from ._emit import Emit
-from ._errors import EffectTypeError
+from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import Handler, check_home
 from ._random_key import KeyState, RandomKey
 from ._state import State
@@ -45,7 +45,7 @@ class Handlers(Mapping[Effect[Any], Any]):
 
     """
 
-    __slots__ = ("_handlers", "_tokens")
+    __slots__ = ("_handlers",)
 
     def __init__(self, handlers: tuple[Handler[Any], ...]) -> None:
         for handler in handlers:
@@ -55,7 +55,13 @@ class Handlers(Mapping[Effect[Any], Any]):
                     f"`steps.init(0)`), but got {type(handler).__name__}: {handler!r}."
                 )
         self._handlers = {h.effect: h for h in handlers}
-        self._tokens: list[Any] = []
+        if len(self._handlers) < len(handlers):
+            twice = next(h.effect for h in handlers if sum(g.effect is h.effect for g in handlers) > 1)
+            raise EffectUsageError(
+                f"effax.handlers(...) got two handlers of {twice!r}; only one of them could "
+                "be installed. Pass one handler per effect, or nest two `with` blocks if the "
+                "inner one should shadow the outer one."
+            )
 
     @overload
     def __getitem__(self, effect: State[S]) -> S: ...
@@ -86,11 +92,11 @@ class Handlers(Mapping[Effect[Any], Any]):
     def __enter__(self) -> Handlers:
         for handler in self._handlers.values():
             check_home(handler)
-        self._tokens.append(_context.push(tuple(self._handlers.values())))
+        _context.enter(self, tuple(self._handlers.values()))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        _context.pop(self._tokens.pop())
+        _context.exit(self)
 
 
 def handlers(*handlers: Handler[Any]) -> Handlers:

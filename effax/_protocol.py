@@ -28,12 +28,6 @@ E = TypeVar("E", bound="Effect[Any]")
 PyTree = Any
 
 
-# The context-variable tokens of handlers currently entered as context managers, by
-# handler id (entries are removed on exit, so ids are never stale). Kept here rather
-# than on the handler so that user-defined handlers need no bookkeeping field.
-_ENTERED: dict[int, list[Any]] = {}
-
-
 class Export(NamedTuple):
     """What a handler sends into a traced region.
 
@@ -323,15 +317,11 @@ class Handler(abc.ABC, Generic[E]):
 
     def __enter__(self: H) -> H:
         check_home(self)
-        _ENTERED.setdefault(id(self), []).append(_context.push((self,)))
+        _context.enter(self, (self,))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        tokens = _ENTERED[id(self)]
-        token = tokens.pop()
-        if not tokens:
-            del _ENTERED[id(self)]
-        _context.pop(token)
+        _context.exit(self)
 
 
 def home_of(handler: Handler[Any]) -> _trace.TraceRef | None:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._effect import Effect
-from ._errors import EffectTypeError
+from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
 
 __all__ = ["KeyState", "KeyStream", "RandomKey", "rng"]
@@ -20,8 +20,9 @@ __all__ = ["KeyState", "KeyStream", "RandomKey", "rng"]
 def _as_key(seed: Any, effect: RandomKey) -> jax.Array:
     if isinstance(seed, (bool, float, complex, str, bytes)):
         raise EffectTypeError(
-            f"{effect!r}.seed(...) takes an int, a typed key (jax.random.key) or a raw "
-            f"uint32[2] key (jax.random.PRNGKey), not a {type(seed).__name__}."
+            f"{effect!r}.seed(...) takes an int (or integer scalar array), a typed key "
+            f"(jax.random.key) or a raw uint32[2] key (jax.random.PRNGKey), not a "
+            f"{type(seed).__name__}."
         )
     if isinstance(seed, (int, np.integer)):
         return jax.random.key(int(seed))
@@ -36,11 +37,30 @@ def _as_key(seed: Any, effect: RandomKey) -> jax.Array:
         return seed  # type: ignore[no-any-return]
     if dtype == jnp.uint32 and shape == (2,):
         return seed  # type: ignore[no-any-return]
+    if shape == () and dtype is not None and jnp.issubdtype(dtype, jnp.integer):
+        return jax.random.key(seed)  # an integer scalar, as jax.random.key takes it
     raise EffectTypeError(
-        f"{effect!r}.seed(...) takes an int, a typed key (jax.random.key) or a raw "
+        f"{effect!r}.seed(...) takes an int (or integer scalar array), a typed key "
+        "(jax.random.key) or a raw "
         f"uint32[2] key (jax.random.PRNGKey), but got {type(seed).__name__} with "
         f"dtype={dtype} and shape={shape}."
     )
+
+
+_INT32_END = 2**31
+_UINT32_END = 2**32
+
+
+def _checked(effect: RandomKey, counter: int) -> int:
+    """`counter` if `fold_in` can take it (a uint32), else a named error."""
+    if counter >= _UINT32_END:
+        raise EffectUsageError(
+            f"{effect!r} has drawn 2**32 keys from its base key, and fold_in folds in a "
+            "32-bit counter, so the next key would repeat an earlier one. Reseed the "
+            f"stream with a fresh key (e.g. `{effect.handler_example()}`{effect.where_variable()} with a key "
+            "drawn from it)."
+        )
+    return counter
 
 
 class RandomKey(Effect["KeyStream"]):
@@ -135,7 +155,10 @@ class KeyStream(Handler[RandomKey]):
     dynamic: jax.Array | None = None
     # `offset` when the number of draws was last known; `None` once it is not.
     _start: int | None = attrs.field(default=0, alias="start", repr=False)
-    fields = Fields(const="base_key", carry="counter", advance="offset")
+    # Whether this is one batch element's stream, split from a stream outside.
+    _split: bool = attrs.field(default=False, alias="split", repr=False)
+    # The counter crosses compiled boundaries as int32 (`wire_counter`).
+    fields = Fields(const="base_key", carry="wire_counter", advance="offset")
 
     @property
     def counter(self) -> int | jax.Array:
@@ -153,6 +176,19 @@ class KeyStream(Handler[RandomKey]):
         self._start = None
 
     @property
+    def wire_counter(self) -> int | jax.Array:
+        """The counter as it crosses a compiled boundary: an int32 with the bits of
+        the uint32 that `fold_in` folds in (counters in [2**31, 2**32) wrap)."""
+        if self.dynamic is not None:
+            return self.counter
+        offset = self.offset
+        return offset if offset < _INT32_END else _checked(self.effect, offset) - _UINT32_END
+
+    @wire_counter.setter
+    def wire_counter(self, counter: int | jax.Array) -> None:
+        self.counter = counter
+
+    @property
     def drawn(self) -> int | None:
         return None if self._start is None else self.offset - self._start
 
@@ -161,22 +197,30 @@ class KeyStream(Handler[RandomKey]):
         return KeyState(self.base_key, self.counter)
 
     def next_key(self) -> jax.Array:
-        key = jax.random.fold_in(self.base_key, self.counter)
+        counter = self.counter
+        if isinstance(counter, int) and counter >= _INT32_END:
+            counter = _checked(self.effect, counter)
+        key = jax.random.fold_in(self.base_key, counter)
         self.offset += 1
         return key
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> KeyStream:
-        if static is not None:  # split across the named axes of a batched region
+        split = static is not None
+        if split:  # split across the named axes of a batched region
             const = jax.random.fold_in(const, jax.lax.axis_index(static))
         if isinstance(carry, int):
-            return cls(effect, const, offset=carry, start=carry)
-        return cls(effect, const, dynamic=carry)
+            return cls(effect, const, offset=carry, start=carry, split=split)
+        return cls(effect, const, dynamic=carry, split=split)
 
     def outcome(self, *, carry_required: bool) -> Outcome:
+        if self._split and not carry_required:
+            # an element's own stream in a batched region: its counter stays inside
+            # (the stream outside advances by the one key it split, see batch_absorb)
+            return Outcome(static=self.drawn)
         if self.drawn is not None and not carry_required:
             return Outcome(static=self.drawn)
-        counter = self.counter
+        counter = self.wire_counter
         if isinstance(counter, int):
             counter = jnp.asarray(counter, jnp.int32)
         return Outcome(static=self.drawn, carry=counter)

@@ -33,6 +33,7 @@ __all__ = [
     "absorb_all",
     "check_carry",
     "check_writes",
+    "enter_inside",
     "note_used",
     "outcomes_of",
     "outer_handlers",
@@ -115,7 +116,8 @@ def check_carry(effect: Effect[Any], before: Any, after: Any) -> None:
 
 def _describe(sig: tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]) -> str:
     treedef, leaves = sig
-    avals = ", ".join(f"{jnp.dtype(d).name}{list(s)}" for s, d in leaves)
+    # key dtypes (`key<fry>`) are not numpy dtypes: name them as JAX prints them
+    avals = ", ".join(f"{getattr(d, 'name', None) or jnp.dtype(d).name}{list(s)}" for s, d in leaves)
     return f"{treedef} with leaves [{avals}]"
 
 
@@ -138,6 +140,24 @@ def run_inside(
     into it which of them were performed; with `recorder`, lookups that find no
     usable handler are recorded there.
     """
+    token, inner = enter_inside(plan, dynamic, track=track, standins=standins, recorder=recorder)
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        _context.pop(token)
+    return out, inner
+
+
+def enter_inside(
+    plan: Plan,
+    dynamic: Sequence[tuple[Any, Any]],
+    *,
+    track: set[Effect[Any]] | None = None,
+    standins: Sequence[Handler[Any]] = (),
+    recorder: set[Effect[Any]] | None = None,
+) -> tuple[Any, list[Handler[Any]]]:
+    """`run_inside` without the call: install the rebuilt handlers; returns the
+    token that `_context.pop` takes to remove them, and the inner handlers."""
     inner = tuple(
         cls.rebuild(effect, static, const, carry)
         for (effect, cls, static), (const, carry) in zip(plan, dynamic, strict=True)
@@ -146,12 +166,7 @@ def run_inside(
         _trace.current_trace_ref() if track is None else Tracked(_trace.current_trace_ref(), track)
     )
     entries = {handler.effect: (handler, ref) for handler in (*standins, *inner)}
-    token = _context.push_entries(entries, recorder=recorder)
-    try:
-        out = fn(*args, **kwargs)
-    finally:
-        _context.pop(token)
-    return out, list(inner)
+    return _context.push_entries(entries, recorder=recorder), list(inner)
 
 
 def outcomes_of(
@@ -317,6 +332,8 @@ class Region:
         """After the region: write what its body's handlers sent out (the static
         parts kept by `split`, unless given) back into the handlers around it."""
         statics = self.statics if statics is None else statics
+        if steps == 0:  # a loop that ran no step emitted nothing, as a Python loop
+            values = [None] * len(values)
         outcomes = [Outcome(*o) for o in zip(statics, carries, values, strict=True)]
         note_used(self.stack, self.used)
         absorb_all(self.stack, self.handlers, outcomes, steps=steps, policy=self.policy)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, Literal
 
 import jax
@@ -33,6 +33,7 @@ __all__ = [
     "Trace",
     "TraceRef",
     "current_trace_ref",
+    "custom_rule_traced",
     "foreign_tracers",
     "innermost_staging_api",
     "jit_factory_options",
@@ -91,13 +92,77 @@ def stagings_between(set_ref: TraceRef) -> int | None:
     trace of ``set_ref`` (exclusive), or None if that trace is not an ancestor."""
     count = 0
     trace = _trace_ctx.trace
+    callers: Iterator[Trace] | None = None
     while trace is not None:
         if trace._weakref is set_ref:
             return count
         if isinstance(trace, _Staging):
+            if _traces_custom_rule(trace):
+                # Traced afresh for each call, like the body of a Python function,
+                # but its `parent_trace` is not the caller's trace: continue from
+                # the trace that called the custom function.
+                callers = _custom_callers() if callers is None else callers
+                trace = next(callers, None)
+                continue
             count += 1
         trace = getattr(trace, "parent_trace", None)
+    return 0 if _related_unstaged(set_ref) else None
+
+
+def _related_unstaged(set_ref: TraceRef) -> bool:
+    """Whether the trace of `set_ref` is live and shares an ancestor with the
+    current trace that the current trace reaches without crossing a staging trace.
+
+    JAX runs a custom derivative's function and rules for a grad or vmap trace at
+    that trace's parent, or under a sibling trace it creates (linearize's partial
+    evaluation, vmap's subtrace): nothing is staged and cached there, so a value
+    of a handler installed under the grad or vmap trace may be read.
+    """
+    owner = set_ref() if callable(set_ref) else None
+    if owner is None or not owner.is_valid():
+        return False
+    lineage = {id(trace) for trace in _ancestors(owner)}
+    for trace in _ancestors(_trace_ctx.trace):
+        if id(trace) in lineage:
+            return True
+        if isinstance(trace, _Staging):
+            return False
+    return False
+
+
+# jax.custom_jvp / custom_vjp trace their function (and rules) under a fresh
+# DynamicJaxprTrace whose `parent_trace` is not the trace that called them (JAX
+# swaps the current trace out in `Primitive.bind`). The trace that called them is
+# `prev_trace` in that `bind` frame.
+_CUSTOM_RULES: Final = ("custom_jvp", "custom_vjp")
+_CUSTOM_CALLS: Final = frozenset({"custom_jvp_call", "custom_vjp_call"})
+_BIND_CODE: Final = _core.Primitive.bind.__code__
+
+
+def _traces_custom_rule(trace: Trace) -> bool:
+    info = getattr(getattr(trace, "frame", None), "debug_info", None)
+    return str(getattr(info, "traced_for", "")).startswith(_CUSTOM_RULES)
+
+
+def custom_rule_traced() -> str | None:
+    """What JAX is tracing if the current trace is (inside) a custom derivative's
+    function or rule, e.g. ``"custom_jvp jvp"``; otherwise None. For messages."""
+    for trace in _ancestors(_trace_ctx.trace):
+        if isinstance(trace, _Staging) and _traces_custom_rule(trace):
+            return str(trace.frame.debug_info.traced_for)
     return None
+
+
+def _custom_callers() -> Iterator[Trace]:
+    """The traces that called the custom-derivative functions being traced,
+    innermost first (from the `bind` frames of their primitives)."""
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is _BIND_CODE:
+            prim = frame.f_locals.get("self")
+            if getattr(prim, "name", None) in _CUSTOM_CALLS:
+                yield frame.f_locals.get("prev_trace")
+        frame = frame.f_back
 
 
 def _ancestors(trace: Trace) -> Iterable[Trace]:
@@ -135,7 +200,14 @@ _STAGING_APIS: Final = {
     "remat": ("checkpoint", "effax.checkpoint"),
     "fun_remat": ("checkpoint", "effax.checkpoint"),
     "eval_shape": ("eval_shape", "effax.handle(fn, transform=jax.eval_shape)"),
-    "make_jaxpr": ("make_jaxpr", "effax.handle(fn) inside the traced function"),
+    **dict.fromkeys(
+        ("make_jaxpr", "make_jaxpr_f"),
+        (
+            "jax.make_jaxpr",
+            "jax.make_jaxpr(effax.handle(fn, handler)), which installs the handler inside "
+            "the traced function,",
+        ),
+    ),
     "pmap": ("pmap", "effax.shard_map"),
     "_python_pjit_helper": _JIT,
     "_cpp_pjit": _JIT,

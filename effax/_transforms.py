@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec
 
 from . import _trace
 from ._callpath import handle
-from ._errors import EffectLeakError
+from ._errors import EffectLeakError, EffectUsageError
 from ._protocol import BatchPolicy
 from ._region import Region
 
@@ -112,6 +112,20 @@ _POLICY_HINT = (
 )
 
 
+def _policy(wrapper: str, keys: Any, state: Any, axis_names: tuple[Hashable, ...]) -> BatchPolicy:
+    """The `BatchPolicy` of `wrapper`'s `keys=` and `state=`, checked."""
+    for option, value, allowed in (
+        ("keys", keys, ("split", "shared")),
+        ("state", state, ("shared", "batched")),
+    ):
+        if not isinstance(value, str) or value not in allowed:
+            raise EffectUsageError(
+                f"{wrapper}({option}={value!r}): {option} must be one of "
+                f"{' or '.join(repr(a) for a in allowed)}."
+            )
+    return BatchPolicy(keys=keys, state=state, axis_names=axis_names)
+
+
 def _batched(
     region: Region,
     fun: Callable[..., Any],
@@ -185,10 +199,11 @@ def vmap(
 
     """
     name = axis_name if axis_name is not None else f"effax_vmap_{next(_fresh_axis)}"
+    policy = _policy("effax.vmap", keys, state, (name,))
 
     @ft.wraps(fun)
     def batched(*args: Any) -> Any:
-        region = Region(fun, BatchPolicy(keys=keys, state=state, axis_names=(name,)))
+        region = Region(fun, policy)
 
         def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
             axes = in_axes if isinstance(in_axes, (list, tuple)) else (in_axes,) * len(args)
@@ -272,10 +287,11 @@ def shard_map(
 
     """
     names = tuple(mesh.axis_names if axis_names is None else sorted(axis_names, key=str))
+    policy = _policy("effax.shard_map", keys, state, names)
 
     @ft.wraps(f)
     def sharded(*args: Any) -> Any:
-        region = Region(f, BatchPolicy(keys=keys, state=state, axis_names=names))
+        region = Region(f, policy)
 
         def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
             def spec(axis: int | None, tree: Any) -> Any:

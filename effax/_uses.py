@@ -54,7 +54,7 @@ class Undeclared(Blocked):
             f"{self.function} performed {effect!r}, which is not in its effect row "
             f"{declared}. Add it to the row (@{_row_text((*self.row, effect))}) so that "
             f"callers handle it, or handle it inside {self.function} "
-            f"(`with {effect.handler_example()}: ...`)."
+            f"(`with {effect.handler_example()}: ...`){effect.where_variable()}."
         )
 
 
