@@ -52,6 +52,8 @@ from ._region import (
     outer_handlers,
     outer_homes,
     run_inside,
+    uncompilable_leaf,
+    uncompilable_message,
 )
 
 __all__ = ["handle", "jit"]
@@ -146,7 +148,7 @@ class _Handled:
                 effects = [
                     h.effect
                     for h in outer_handlers(stack, skip=function.own_effects)
-                    if _foreign_leaf(h.export()) is None
+                    if uncompilable_leaf(h.export()) is None
                 ]
                 resolved = resolve(stack, effects, self.own, note=False)
             else:
@@ -364,30 +366,14 @@ class _Handled:
         self.entry.__code__ = code.code
 
 
-_INPUT_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
-
-
-def _foreign_leaf(export: Export) -> Any:
-    """A leaf of `export`'s const or carry that cannot be an input of a compiled
-    call (not an array or a Python number), or None."""
-    for leaf in jax.tree.leaves((export.const, export.carry)):
-        if not isinstance(leaf, _INPUT_TYPES):
-            return leaf
-    return None
-
-
 def _explain_inputs(resolved: Resolved, error: TypeError) -> None:
     """Raise an `EffectTypeError` naming the handler whose value made a compiled
     call fail, if one holds a value that cannot be an input."""
     for handler, export in zip(resolved.handlers, resolved.exports, strict=True):
-        leaf = _foreign_leaf(export)
+        leaf = uncompilable_leaf(export)
         if leaf is not None:
             raise EffectTypeError(
-                f"{handler.effect!r} holds a {type(leaf).__name__}, which cannot cross a "
-                "compiled call as an input: traced values (a traced Ask, a State, a key "
-                "stream) are arrays or Python numbers. Provide an array, or declare the "
-                "effect with static=True to pass a hashable Python value as part of the "
-                "cache key."
+                uncompilable_message(handler.effect, leaf, "a compiled call")
             ) from error
 
 

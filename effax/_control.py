@@ -64,7 +64,7 @@ def scan(
     (3.0, [0.0, 2.0, 4.0])
 
     """
-    region = Region(f)
+    region = Region(f, name="effax.scan")
 
     def body(carry: Any, x: Any) -> Any:
         user_carry, handler_carries = carry
@@ -169,7 +169,7 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
     (True, True)
 
     """
-    region = Region([cond_fun, body_fun])
+    region = Region([cond_fun, body_fun], name="effax.while_loop")
 
     def cond(carry: Any) -> Any:
         value, handler_carries = carry
@@ -212,7 +212,7 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
 def _branches(
     kind: str, index: Any, branches: Sequence[Callable[..., R]], operands: tuple[Any, ...]
 ) -> R:
-    region = Region(branches)
+    region = Region(branches, name=f"effax.{kind}")
     statics: list[list[Any]] = [[] for _ in branches]
     structures: list[Any] = [None for _ in branches]
 

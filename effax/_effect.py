@@ -118,10 +118,10 @@ class Effect(Generic[H]):
             )
         handler, ref = entry
         if ref is not _trace.current_trace_ref():
-            self._check_entry(ref)
+            self._check_entry(handler, ref)
         return handler  # type: ignore[return-value]
 
-    def _check_entry(self, ref: Any) -> None:
+    def _check_entry(self, handler: Handler[Any], ref: Any) -> None:
         if isinstance(ref, Blocked):
             _context.note_missing(self)
             ref.raise_for(self)
@@ -131,10 +131,11 @@ class Effect(Generic[H]):
         if ref is _trace.current_trace_ref():
             return
         reach = _trace.reachability(ref)
-        if reach == "ok":
+        unsplit = handler.batch_distinct and reach != "detached" and _trace.batching_between(ref)
+        if reach == "ok" and not unsplit:
             return
         _context.note_missing(self)
-        raise EffectLeakError(leak_message(self, reach))
+        raise EffectLeakError(unsplit_message(self) if unsplit else leak_message(self, reach))
 
     def handler_for_write(self, value: Any) -> H:
         """`handler()`, refusing `value` if it holds a tracer that would outlive its
@@ -144,6 +145,18 @@ class Effect(Generic[H]):
         if ref is not _trace.current_trace_ref():
             check_write(self, value, ref)
         return handler
+
+
+def unsplit_message(effect: Effect[Any]) -> str:
+    """The message of performing `effect` (whose handler must give each batch
+    element its own result, as a key stream does) under a raw ``jax.vmap``."""
+    return (
+        f"{effect!r} was performed inside jax.vmap, but its handler was installed outside "
+        "it, so every element of the batch would get the same result (the same key). "
+        "Use effax.vmap(fn, keys='split') for a distinct stream per element, or "
+        "effax.vmap(fn, keys='shared') for the keys the unbatched function draws; or "
+        f"install the handler inside the vmapped function."
+    )
 
 
 def leak_message(effect: Effect[Any], reach: str) -> str:

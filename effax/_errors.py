@@ -218,8 +218,10 @@ LEAK_EXPLANATION = (
 WRITE_LEAK_EXPLANATION = (
     "The value is a tracer of a JAX transformation (jax.grad, jax.vmap, ...) that "
     "runs inside the handler's scope; storing it would leak the tracer out of that "
-    "transformation. Use the effax wrapper (effax.grad, effax.vmap, ...), which "
-    "carries the state through the transformation, or install the handler inside it."
+    "transformation. Use the effax wrapper (effax.grad, effax.value_and_grad, "
+    "effax.vmap, ...), which carries the state through the transformation, or install "
+    "the handler inside it. Under jax.grad, storing jax.lax.stop_gradient(value) keeps "
+    "the value without its derivative."
 )
 
 OWN_WRITE_LEAK = (

@@ -37,7 +37,7 @@ from ._context import Blocked, Tracked
 from ._effect import Effect
 from ._plumb import Transform, apply_transform, normalize_transform
 from ._protocol import Export, Fields, Handler, Outcome, check_home
-from ._region import outcomes_of, run_inside
+from ._region import outcomes_of, run_inside, unsplit
 
 __all__ = [
     "LOCK",
@@ -122,7 +122,11 @@ def resolve(
                     if note:
                         ref.used.add(effect)
                     ref = ref.ref
-                if why is None and ref is not trace and _trace.reachability(ref) != "ok":
+                if (
+                    why is None
+                    and ref is not trace
+                    and (_trace.reachability(ref) != "ok" or unsplit(handler, ref))
+                ):
                     why = UNREACHABLE
             if why is None:
                 handlers.append(handler)
@@ -454,8 +458,8 @@ def _standins(program: Program) -> list[Handler[Any]]:
             continue
         if type(ref) is Tracked:
             ref = ref.ref
-        if _trace.stagings_between(ref) not in (0, 1):  # behind the caller's own staging
-            continue
+        if _trace.stagings_between(ref) not in (0, 1) or unsplit(handler, ref):
+            continue  # behind the caller's own staging, or a raw vmap: lookups raise
         export = handler.export()
         standins.append(type(handler).rebuild(effect, export.static, export.const, export.carry))
     return standins

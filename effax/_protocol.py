@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NamedTuple, NoReturn, TypeVar
 
 from . import _context, _trace
 from ._errors import EffectLeakError
@@ -239,6 +239,11 @@ class Handler(abc.ABC, Generic[E]):
     # handler (built-in or user-defined) when it is made; see `check_home`.
     __slots__ = ("_effax_home",)
     effect: E
+    # Whether each element of a batch must get its own result from this handler (a
+    # key stream: the same key in every element would be a silent error). Such a
+    # handler is not read through a raw `jax.vmap`; `effax.vmap` asks it for a
+    # policy (`batch_export`).
+    batch_distinct: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         self = super().__new__(cls)

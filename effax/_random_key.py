@@ -157,6 +157,7 @@ class KeyStream(Handler[RandomKey]):
     _start: int | None = attrs.field(default=0, alias="start", repr=False)
     # Whether this is one batch element's stream, split from a stream outside.
     _split: bool = attrs.field(default=False, alias="split", repr=False)
+    batch_distinct = True
     # The counter crosses compiled boundaries as int32 (`wire_counter`).
     fields = Fields(const="base_key", carry="wire_counter", advance="offset")
 

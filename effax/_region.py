@@ -14,22 +14,25 @@ boundary the same way, over the `Handler` protocol:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _context, _trace
-from ._context import Blocked, Tracked
+from ._ask import Ask
+from ._context import Blocked, Entry, Tracked
 from ._effect import Effect, check_write
-from ._errors import OWN_WRITE_LEAK, EffectLeakError, StateTypeError
-from ._protocol import BatchPolicy, Handler, Outcome, home_of
+from ._errors import OWN_WRITE_LEAK, EffectLeakError, EffectTypeError, StateTypeError
+from ._protocol import BatchPolicy, Export, Handler, Outcome, home_of
 
 __all__ = [
     "Home",
     "Plan",
     "Region",
+    "Uncompilable",
     "absorb_all",
     "check_carry",
     "check_writes",
@@ -39,6 +42,9 @@ __all__ = [
     "outer_handlers",
     "outer_homes",
     "run_inside",
+    "uncompilable_leaf",
+    "uncompilable_message",
+    "unsplit",
 ]
 
 R = TypeVar("R")
@@ -79,12 +85,61 @@ def outer_handlers(
                 if row is not None:
                     entry_ref.used.add(effect)  # the enclosing region performs it too
                 entry_ref = entry_ref.ref
-            if entry_ref is not ref and _trace.reachability(entry_ref) != "ok":
+            if entry_ref is not ref and (
+                _trace.reachability(entry_ref) != "ok" or unsplit(handler, entry_ref)
+            ):
                 if row is not None:
                     effect.handler()  # raises the error that explains why
                 continue
         handlers.append(handler)
     return handlers
+
+
+_INPUT_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
+def uncompilable_leaf(export: Export) -> Any:
+    """A leaf of `export`'s const or carry that cannot be an input of a traced
+    region (not an array or a Python number), or None."""
+    for leaf in jax.tree.leaves((export.const, export.carry)):
+        if not isinstance(leaf, _INPUT_TYPES):
+            return leaf
+    return None
+
+
+def uncompilable_message(effect: Effect[Any], leaf: Any, where: str) -> str:
+    """Why `effect`'s handler, holding `leaf`, cannot be plumbed into `where`."""
+    fix = (
+        f"Declare the effect with static=True (`Ask[...]({effect.name!r}, static=True)`) "
+        "to pass a hashable Python value as part of the cache key, or provide an array."
+        if isinstance(effect, Ask)
+        else f"Hold an array (or a Python number) in it, or use it outside {where}."
+    )
+    return (
+        f"{effect!r} holds a {type(leaf).__name__}, which cannot cross {where}: the "
+        "values a traced function or loop body reads from its handlers (an Ask's value, a "
+        f"State, a key stream) are passed in as arrays or Python numbers. {fix}"
+    )
+
+
+class Uncompilable(Blocked):
+    """Marks a handler whose value cannot enter a region: performing its effect
+    inside raises `EffectTypeError` naming it (unused, it is no obstacle)."""
+
+    __slots__ = ("leaf", "where")
+
+    def __init__(self, leaf: Any, where: str) -> None:
+        self.leaf = leaf
+        self.where = where
+
+    def raise_for(self, effect: Effect[Any]) -> NoReturn:
+        raise EffectTypeError(uncompilable_message(effect, self.leaf, self.where))
+
+
+def unsplit(handler: Handler[Any], ref: _trace.TraceRef) -> bool:
+    """Whether `handler` must give each batch element its own result but a raw
+    ``jax.vmap`` lies between its trace `ref` and here (so it is not plumbed)."""
+    return handler.batch_distinct and _trace.batching_between(ref)
 
 
 def note_used(stack: _context.Stack, used: Iterable[Effect[Any]]) -> None:
@@ -131,6 +186,7 @@ def run_inside(
     track: set[Effect[Any]] | None = None,
     standins: Sequence[Handler[Any]] = (),
     recorder: set[Effect[Any]] | None = None,
+    blocked: Mapping[Effect[Any], Entry] | None = None,
 ) -> tuple[R, list[Handler[Any]]]:
     """Rebuild the plumbed handlers inside a region, run `fn` under them.
 
@@ -140,7 +196,9 @@ def run_inside(
     into it which of them were performed; with `recorder`, lookups that find no
     usable handler are recorded there.
     """
-    token, inner = enter_inside(plan, dynamic, track=track, standins=standins, recorder=recorder)
+    token, inner = enter_inside(
+        plan, dynamic, track=track, standins=standins, recorder=recorder, blocked=blocked
+    )
     try:
         out = fn(*args, **kwargs)
     finally:
@@ -155,9 +213,11 @@ def enter_inside(
     track: set[Effect[Any]] | None = None,
     standins: Sequence[Handler[Any]] = (),
     recorder: set[Effect[Any]] | None = None,
+    blocked: Mapping[Effect[Any], Entry] | None = None,
 ) -> tuple[Any, list[Handler[Any]]]:
-    """`run_inside` without the call: install the rebuilt handlers; returns the
-    token that `_context.pop` takes to remove them, and the inner handlers."""
+    """`run_inside` without the call: install the rebuilt handlers (and the
+    `blocked` entries, which hide handlers that cannot enter); returns the token
+    that `_context.pop` takes to remove them, and the inner handlers."""
     inner = tuple(
         cls.rebuild(effect, static, const, carry)
         for (effect, cls, static), (const, carry) in zip(plan, dynamic, strict=True)
@@ -165,7 +225,8 @@ def enter_inside(
     ref = (
         _trace.current_trace_ref() if track is None else Tracked(_trace.current_trace_ref(), track)
     )
-    entries = {handler.effect: (handler, ref) for handler in (*standins, *inner)}
+    entries = dict(blocked or {})
+    entries.update({handler.effect: (handler, ref) for handler in (*standins, *inner)})
     return _context.push_entries(entries, recorder=recorder), list(inner)
 
 
@@ -266,7 +327,10 @@ class Region:
         self,
         fn: Callable[..., Any] | Sequence[Callable[..., Any]],
         policy: BatchPolicy | None = None,
+        *,
+        name: str,
     ) -> None:
+        """`name` is the wrapper's, for messages (e.g. ``"effax.scan"``)."""
         self.stack = _context.current_stack()
         fns = [fn] if callable(fn) else list(fn)
         # Declared rows (`effax.uses`) narrow what is plumbed; otherwise every
@@ -275,15 +339,26 @@ class Region:
         row = None
         if all(r is not None for r in rows):
             row = list(dict.fromkeys(e for r in rows if r is not None for e in r))
-        self.handlers: list[Handler[Any]] = outer_handlers(self.stack, row=row)
+        handlers = outer_handlers(self.stack, row=row)
         self.policy = policy
         if policy is None:
-            exports = [h.export() for h in self.handlers]
-            self.carry_axes: list[int | None] = [None] * len(exports)
+            exports_axes = [(h.export(), None) for h in handlers]
         else:
-            exports_axes = [h.batch_export(policy) for h in self.handlers]
-            exports = [export for export, _ in exports_axes]
-            self.carry_axes = [axis for _, axis in exports_axes]
+            exports_axes = [h.batch_export(policy) for h in handlers]
+        # Handlers whose values cannot be inputs stay outside; performing one inside
+        # raises an error naming it.
+        self.blocked: dict[Effect[Any], Entry] = {}
+        self.handlers: list[Handler[Any]] = []
+        exports: list[Export] = []
+        self.carry_axes: list[int | None] = []
+        for handler, (export, axis) in zip(handlers, exports_axes, strict=True):
+            leaf = uncompilable_leaf(export)
+            if leaf is None:
+                self.handlers.append(handler)
+                exports.append(export)
+                self.carry_axes.append(axis)
+            else:
+                self.blocked[handler.effect] = (handler, Uncompilable(leaf, name))
         self.plan: Plan = tuple(
             (h.effect, type(h), e.static) for h, e in zip(self.handlers, exports, strict=True)
         )
@@ -312,7 +387,9 @@ class Region:
         """Inside a body: rebuild the handlers from `carries`, run `fn(*args)`."""
         consts = self.consts if consts is None else consts
         dynamic = list(zip(consts, carries, strict=True))
-        out, inner = run_inside(self.plan, dynamic, fn, args, kwargs or {}, track=self.used)
+        out, inner = run_inside(
+            self.plan, dynamic, fn, args, kwargs or {}, track=self.used, blocked=self.blocked
+        )
         return out, outcomes_of(self.plan, dynamic, inner, carry_required=carry_required)
 
     def split(self, outcomes: Sequence[Outcome]) -> tuple[list[Any], list[Any]]:

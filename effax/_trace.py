@@ -26,12 +26,13 @@ from typing import Any, Final, Literal
 import jax
 import jax.numpy as jnp
 from jax._src import core as _core
-from jax._src.interpreters import partial_eval as _pe
+from jax._src.interpreters import batching as _batching, partial_eval as _pe
 
 __all__ = [
     "SUPPORTED_JAX",
     "Trace",
     "TraceRef",
+    "batching_between",
     "current_trace_ref",
     "custom_rule_traced",
     "foreign_tracers",
@@ -58,6 +59,7 @@ _trace_state = _core.trace_state
 # ``trace_state.value`` is ``current_trace_ref()``.
 trace_state: Final = _trace_state
 _Staging = _pe.DynamicJaxprTrace
+_Batching = _batching.BatchTrace
 _Tracer = _core.Tracer
 
 Reach = Literal["ok", "staged", "detached"]
@@ -107,6 +109,17 @@ def stagings_between(set_ref: TraceRef) -> int | None:
             count += 1
         trace = getattr(trace, "parent_trace", None)
     return 0 if _related_unstaged(set_ref) else None
+
+
+def batching_between(set_ref: TraceRef) -> bool:
+    """Whether a batching trace (``jax.vmap``) lies between the current trace
+    (inclusive) and the trace of ``set_ref`` (exclusive)."""
+    for trace in _ancestors(_trace_ctx.trace):
+        if trace._weakref is set_ref:
+            return False
+        if isinstance(trace, _Batching):
+            return True
+    return False
 
 
 def _related_unstaged(set_ref: TraceRef) -> bool:

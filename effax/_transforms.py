@@ -62,7 +62,7 @@ def value_and_grad(
 
     @ft.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        region = Region(fun)
+        region = Region(fun, name="effax.grad")
 
         def inner(*args: Any, **kwargs: Any) -> Any:
             out, outcomes = region.run(fun, region.carries, args, kwargs, carry_required=False)
@@ -203,7 +203,7 @@ def vmap(
 
     @ft.wraps(fun)
     def batched(*args: Any) -> Any:
-        region = Region(fun, policy)
+        region = Region(fun, policy, name="effax.vmap")
 
         def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
             axes = in_axes if isinstance(in_axes, (list, tuple)) else (in_axes,) * len(args)
@@ -291,7 +291,7 @@ def shard_map(
 
     @ft.wraps(f)
     def sharded(*args: Any) -> Any:
-        region = Region(f, policy)
+        region = Region(f, policy, name="effax.shard_map")
 
         def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
             def spec(axis: int | None, tree: Any) -> Any:
