@@ -4,7 +4,6 @@ import importlib.metadata
 
 from . import random as random
 from ._ask import Ask as Ask, Provider as Provider
-from ._callpath import handle as handle, jit as jit
 from ._context import JitAwareContextVar as JitAwareContextVar
 from ._control import (
     cond as cond,
@@ -25,6 +24,7 @@ from ._errors import (
     UndeclaredEffectError as UndeclaredEffectError,
     UnhandledEffectError as UnhandledEffectError,
 )
+from ._handle import handle as handle, jit as jit
 from ._handlers import Handlers as Handlers, handlers as handlers
 from ._plumb import plumb_and_transform as plumb_and_transform
 from ._protocol import (

@@ -1,4 +1,4 @@
-"""`handle` and `jit`: the call path of a handled function.
+"""`Handled`: the call path of a handled function (what `handle` returns runs it).
 
 A call of a compiled handled function finds the program of its environment
 (`_program`): it resolves the effects the function is known to look up (its row)
@@ -18,18 +18,13 @@ Everything else takes the general path here.
 from __future__ import annotations
 
 import functools as ft
-import inspect
 import weakref
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any, NamedTuple, ParamSpec, TypeVar, cast, overload
-
-import jax
-import numpy as np
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from . import _context, _trace, _warmpath
 from ._effect import Effect
-from ._errors import EffectTypeError
-from ._plumb import Transform, check_callable, normalize_transform
+from ._explain import explain
 from ._program import (
     LOCK,
     PENDING,
@@ -43,7 +38,7 @@ from ._program import (
     plumbed_keys,
     resolve,
 )
-from ._protocol import Export, Handler
+from ._protocol import Handler
 from ._region import (
     absorb_all,
     enter_inside,
@@ -51,12 +46,10 @@ from ._region import (
     outcomes_of,
     outer_handlers,
     outer_homes,
-    run_inside,
-    uncompilable_leaf,
-    uncompilable_message,
+    unplumbable,
 )
 
-__all__ = ["handle", "jit"]
+__all__ = ["Handled"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -94,7 +87,7 @@ class _EagerRegion(NamedTuple):
         absorb_all(self.stack, self.handlers, outcomes, steps=1)
 
 
-class _Handled:
+class Handled:
     """The state of one `handle(fn, *handlers, transform=...)`.
 
     What `handle` returns is `entry`, a function with `fn`'s parameters. It runs the
@@ -148,7 +141,7 @@ class _Handled:
                 effects = [
                     h.effect
                     for h in outer_handlers(stack, skip=function.own_effects)
-                    if uncompilable_leaf(h.export()) is None
+                    if unplumbable(h.effect, h.export(), "a compiled call", keyed=True) is None
                 ]
                 resolved = resolve(stack, effects, self.own, note=False)
             else:
@@ -168,9 +161,8 @@ class _Handled:
                     result = program.fn(*flat, *args, **kwargs)
             except Retrace:
                 continue
-            except TypeError as error:
-                _explain_inputs(resolved, error)
-                raise
+            except Exception as error:
+                raise explain(resolved.plan, error, resolved)  # noqa: B904 (chained inside)
             break
         if program.abstract:  # jax.eval_shape: nothing was computed, nothing changes
             return result[0]
@@ -224,9 +216,8 @@ class _Handled:
         token = PENDING.set(Pending(program, False, replay))
         try:
             result = program.fn(*flat_inputs(narrow.plan, narrow.exports), *args, **kwargs)
-        except TypeError as error:
-            _explain_inputs(narrow, error)
-            raise
+        except Exception as error:
+            raise explain(narrow.plan, error, narrow)  # noqa: B904 (chained inside)
         finally:
             PENDING.reset(token)
         return narrow, program, result
@@ -353,6 +344,7 @@ class _Handled:
             retrace=Retrace,
             mismatch=mismatch,
             node=node,
+            explain=ft.partial(explain, plan),
         )
         bound = self.bound[stack_id] = _Bound(
             ref, trace, code, env, _warmpath.make_function(code, env)
@@ -364,181 +356,3 @@ class _Handled:
         """Make the entry run `code` in `env` (either order is safe; see _warmpath)."""
         self.cell.cell_contents = env
         self.entry.__code__ = code.code
-
-
-def _explain_inputs(resolved: Resolved, error: TypeError) -> None:
-    """Raise an `EffectTypeError` naming the handler whose value made a compiled
-    call fail, if one holds a value that cannot be an input."""
-    for handler, export in zip(resolved.handlers, resolved.exports, strict=True):
-        leaf = uncompilable_leaf(export)
-        if leaf is not None:
-            raise EffectTypeError(
-                uncompilable_message(handler.effect, leaf, "a compiled call")
-            ) from error
-
-
-# Functions handled without handlers of their own, by function (weakly) and
-# transformation, so that `effax.jit(f)` written inline reuses its programs.
-_SHARED: weakref.WeakKeyDictionary[Any, dict[Hashable, Function]] = weakref.WeakKeyDictionary()
-
-
-def _shared(fn: Callable[..., Any], transform: Transform) -> Function:
-    key = _transform_key(transform)
-    try:
-        per_fn = _SHARED.get(fn) if key is not None else None
-    except TypeError:  # fn is not hashable or not weakly referenceable
-        per_fn = None
-        key = None
-    if key is None:
-        return Function(fn, transform, ())
-    with LOCK:
-        if per_fn is None:
-            try:
-                per_fn = _SHARED.setdefault(fn, {})
-            except TypeError:
-                return Function(fn, transform, ())
-        function = per_fn.get(key)
-        if function is None:
-            function = per_fn[key] = Function(fn, transform, ())
-    return function
-
-
-def _transform_key(transform: Transform) -> Hashable | None:
-    """What identifies a transformation for sharing programs, or None if nothing
-    safely does (a partial with unhashable options)."""
-    transform = normalize_transform(transform)
-    key: Hashable = transform
-    if isinstance(transform, ft.partial):
-        key = (transform.func, transform.args, tuple(sorted(transform.keywords.items())))
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def handle(
-    fn: Callable[P, R], *handlers: Handler[Any], transform: Transform | None = None
-) -> Callable[P, R]:
-    """Run `fn` under `handlers`, optionally across a JAX transformation.
-
-    Returns a function with `fn`'s signature. On each call, `handlers` are installed
-    innermost around `fn`; effects they do not handle are resolved by the handlers
-    around the *call*. With a `transform` (``jax.jit``, ``jax.jit(static_argnums=...)``
-    or ``functools.partial(jax.jit, ...)`` whose options refer to `fn`'s parameters,
-    ``jax.checkpoint``, ``jax.eval_shape``) every handler's values cross it as
-    explicit inputs and outputs: states go in and come back, keys go in and their
-    counters advance, emitted values come out, and static `Ask` values are part of
-    the cache key. Changing a handled value never retraces.
-
-    The handlers passed here are cells: a `State` handler keeps its value from one
-    call to the next, a key stream its counter.
-
-    A call that raises, eagerly or while tracing, leaves every handler as it was
-    before the call.
-
-    A compiled program is reused while every handler lookup its trace made would
-    find the same: the same kind of handler with the same static value, or, for a
-    lookup that found none, still none. Its body is traced once and compiled once
-    per such environment, however many unrelated handlers are installed around the
-    call. ``jax.eval_shape`` returns the output's shapes and changes no handler.
-
-    **Example:**
-
-    >>> import jax, jax.numpy as jnp, effax
-    >>> count = effax.State[jax.Array]("count")
-    >>> def tick():
-    ...     count.modify(lambda n: n + 1)
-    ...     return count.get()
-    >>> cell = count.init(jnp.int32(0))
-    >>> fast_tick = effax.handle(tick, cell, transform=jax.jit)
-    >>> [int(fast_tick()) for _ in range(3)]
-    [1, 2, 3]
-
-    """
-    check_callable(fn, "fn")
-    if transform is not None:
-        check_callable(transform, "transform")
-    kind = _suspending(fn)
-    if kind is not None and (transform is not None or kind != "a coroutine"):
-        raise EffectTypeError(
-            f"effax.handle got {kind} function {getattr(fn, '__qualname__', fn)!r}"
-            + (
-                ", which a JAX transformation cannot trace (it returns a "
-                f"{kind.split()[-1]}, not arrays). Handle (or compile) the synchronous "
-                "function it calls instead."
-                if transform is not None
-                else ": its body runs when it is iterated, after the handled call has "
-                "returned, so the handlers would not be installed. Install them inside "
-                "it (`with handler: ...` in the body), or handle the function that "
-                "computes each item."
-            )
-        )
-    for handler in handlers:
-        if not isinstance(handler, Handler):
-            raise EffectTypeError(
-                "effax.handle(fn, *handlers) takes handlers (e.g. `steps.init(0)`), but "
-                f"got {type(handler).__name__}: {handler!r}."
-            )
-    if transform is None:
-        function = None
-    elif handlers:
-        function = Function(fn, transform, handlers)
-    else:
-        function = _shared(fn, transform)
-    handled = _Handled(fn, handlers, function)
-    entry = handled.entry
-    if kind == "a coroutine":
-
-        async def entry(*args: Any, **kwargs: Any) -> Any:
-            return await handled.call_async(args, kwargs)
-
-    ft.update_wrapper(entry, fn)
-    declared = getattr(fn, "__effax_row__", None)
-    if declared is not None:
-        # what a caller of the handled function must handle: fn's row minus ours
-        own = {h.effect for h in handlers}
-        entry.__effax_row__ = tuple(e for e in declared if e not in own)  # type: ignore[attr-defined]
-    return cast("Callable[P, R]", entry)
-
-
-def _suspending(fn: Callable[..., Any]) -> str | None:
-    """What kind of function `fn` is if calling it does not run its body."""
-    if inspect.iscoroutinefunction(fn):
-        return "a coroutine"
-    if inspect.isasyncgenfunction(fn):
-        return "an async generator"
-    if inspect.isgeneratorfunction(fn):
-        return "a generator"
-    return None
-
-
-@overload
-def jit(fn: Callable[P, R], /, **jit_kwargs: Any) -> Callable[P, R]: ...
-@overload
-def jit(fn: None = None, /, **jit_kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
-def jit(
-    fn: Callable[P, R] | None = None, /, **jit_kwargs: Any
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
-    """``effax.handle(fn, transform=functools.partial(jax.jit, **jit_kwargs))``.
-
-    Usable as ``@effax.jit`` or ``@effax.jit(static_argnums=...)``. Like
-    ``jax.jit(f)``, ``effax.jit(f)`` written inline (``effax.jit(f)(x)`` in a loop)
-    reuses the programs compiled for `f` by an earlier ``effax.jit(f)``.
-
-    **Example:**
-
-    >>> import jax.numpy as jnp, effax
-    >>> scale = effax.Ask[jnp.ndarray]("scale")
-    >>> @effax.jit
-    ... def f(x):
-    ...     return x * scale.ask()
-    >>> with scale.provide(jnp.float32(3)):
-    ...     float(f(2.0))
-    6.0
-
-    """
-    if fn is None:
-        return lambda f: jit(f, **jit_kwargs)
-    transform = ft.partial(jax.jit, **jit_kwargs) if jit_kwargs else jax.jit
-    return handle(fn, transform=transform)

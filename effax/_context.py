@@ -205,7 +205,7 @@ def pop(token: contextvars.Token[Stack]) -> None:
 # innermost last. A context variable, so that one handler object entered by two
 # threads or asyncio tasks that exit in any order restores each its own stack.
 _ENTERED: contextvars.ContextVar[dict[int, tuple[contextvars.Token[Stack], ...]]] = (
-    contextvars.ContextVar("effax.entered", default={})
+    contextvars.ContextVar("effax.entered", default={})  # noqa: B039 (never mutated)
 )
 
 

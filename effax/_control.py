@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from . import _trace
 from ._effect import Effect
 from ._errors import EffectUsageError
 from ._region import Plan, Region
@@ -221,12 +222,20 @@ def _branches(
             out, outcomes = region.run(branch, handler_carries, ops)
             statics[i] = [o.static for o in outcomes]
             values = [o.values for o in outcomes]
-            structures[i] = jax.tree.structure(values)
+            structures[i] = [_signature(v) for v in values]
             return out, [o.carry for o in outcomes], values
 
         return run_branch
 
     wrapped = [make(i, b) for i, b in enumerate(branches)]
+    # Under a vmap with a batched index every branch runs and the results are
+    # selected per element, so every carry comes out batched, also one that all
+    # branches update the same way: compute those outside the selection.
+    shared = (
+        _same_in_every_branch(wrapped, region.carries, operands)
+        if _trace.batched_here(index)
+        else {}
+    )
     try:
         if kind == "cond":
             out, carries, values = lax.cond(
@@ -234,15 +243,22 @@ def _branches(
             )
         else:
             out, carries, values = lax.switch(index, wrapped, region.carries, *operands)
-    except TypeError:
-        if len({str(s) for s in structures if s is not None}) > 1:
-            mismatch = _emit_mismatch(region.plan, structures)
+    except TypeError as error:
+        mismatch = _emit_mismatch(region.plan, structures)
+        if mismatch is not None:
+            effect, described = mismatch
             raise EffectUsageError(
-                f"{mismatch!r} emitted different numbers or kinds of values in the branches "
-                f"of effax.{kind}. Every branch must emit the same structure (emit a zero "
-                "placeholder in the other branch, or collect into a State instead)."
-            ) from None
+                f"{effect!r} emitted different numbers or kinds of values in the branches "
+                f"of effax.{kind} ({described}). Every branch must emit the same structure, "
+                "shapes and dtypes (emit a zero placeholder of the same type in the other "
+                "branch, cast with .astype, or collect into a State instead)."
+            ) from error
         raise
+    if shared:
+        leaves, treedef = jax.tree.flatten(carries)
+        carries = jax.tree.unflatten(
+            treedef, [shared.get(k, leaf) for k, leaf in enumerate(leaves)]
+        )
     # A static outcome survives only if every branch agrees on it (e.g. the same
     # number of keys drawn); otherwise the handler takes the traced carry.
     merged = [
@@ -253,12 +269,46 @@ def _branches(
     return out  # type: ignore[no-any-return]
 
 
-def _emit_mismatch(plan: Plan, structures: Sequence[Any]) -> Effect[Any]:
+def _same_in_every_branch(
+    wrapped: Sequence[Callable[..., Any]], carries: Any, operands: tuple[Any, ...]
+) -> dict[int, Any]:
+    """The handler carries (by flat index) that every branch computes the same way
+    from the same inputs, each computed once, outside the branches."""
+    args = (carries, *operands)
+    traced = [jax.make_jaxpr(branch, return_shape=True)(*args) for branch in wrapped]
+    _, shape = traced[0]
+    n_out = len(jax.tree.leaves(shape[0]))
+    flat_args = jax.tree.leaves(args)
+    shared = {}
+    for k in range(len(jax.tree.leaves(shape[1]))):
+        programs = [_trace.output_program(closed, n_out + k) for closed, _ in traced]
+        if all(p[0] == programs[0][0] for p in programs):
+            _, evaluate, used = programs[0]
+            shared[k] = evaluate(*(a for a, u in zip(flat_args, used, strict=True) if u))
+    return shared
+
+
+def _signature(values: Any) -> str:
+    """What a branch emitted to one effect: structure, shapes and dtypes."""
+    leaves, treedef = jax.tree.flatten(values)
+    return f"{treedef} of [{', '.join(_aval(leaf) for leaf in leaves)}]"
+
+
+def _aval(leaf: Any) -> str:
+    try:
+        return str(jax.typeof(leaf).str_short())
+    except TypeError:
+        return type(leaf).__name__
+
+
+def _emit_mismatch(plan: Plan, structures: Sequence[Any]) -> tuple[Effect[Any], str] | None:
+    """The effect whose emitted values differ between branches, and how."""
+    traced = [s for s in structures if s is not None]
     for i, (effect, _, _) in enumerate(plan):
-        per_branch = {str(s.children()[i]) for s in structures if s is not None}
-        if len(per_branch) > 1:
-            return effect
-    return plan[0][0]
+        per_branch = [s[i] for s in traced]
+        if len(set(per_branch)) > 1:
+            return effect, "; ".join(f"branch {b}: {sig}" for b, sig in enumerate(per_branch))
+    return None
 
 
 def cond(pred: Any, true_fun: Callable[..., R], false_fun: Callable[..., R], *operands: Any) -> R:

@@ -96,7 +96,8 @@ class Effect(Generic[H]):
                 f"{self!r} cannot be pickled: an effect is an identity, so it pickles as a "
                 "reference to the module-level name it is bound to, and it is not bound to "
                 "one in any imported module. Declare it at module level "
-                f"(`{self.variable_name()} = {self!r}` in a module), or pickle the values of its handlers instead."
+                f"(`{self.variable_name()} = {self!r}` in a module), or pickle the values "
+                "of its handlers instead."
             )
         return _load_effect, where
 

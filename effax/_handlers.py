@@ -56,7 +56,8 @@ class Handlers(Mapping[Effect[Any], Any]):
                 )
         self._handlers = {h.effect: h for h in handlers}
         if len(self._handlers) < len(handlers):
-            twice = next(h.effect for h in handlers if sum(g.effect is h.effect for g in handlers) > 1)
+            effects = [h.effect for h in handlers]
+            twice = next(e for e in effects if effects.count(e) > 1)
             raise EffectUsageError(
                 f"effax.handlers(...) got two handlers of {twice!r}; only one of them could "
                 "be installed. Pass one handler per effect, or nest two `with` blocks if the "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools as ft
 import inspect
+import types
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from typing import Any, ParamSpec, TypeVar, overload
@@ -86,14 +87,25 @@ def apply_transform(
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
         pass
+    # JAX names the function it traces (in its errors) after what `__wrapped__`
+    # leads to: `fn`'s name and code, without holding `fn` (a compiled program
+    # must not keep its function alive).
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is not None:
+        name = getattr(fn, "__name__", code.co_name)
+        wrapper.__wrapped__ = types.SimpleNamespace(__code__=code, __name__=name)  # type: ignore[attr-defined]
     transform = normalize_transform(transform)
     if isinstance(transform, ft.partial) and transform.keywords:
         keywords = dict(transform.keywords)
         for name in _ARGNUM_KEYWORDS:
             if name in keywords:
                 keywords[name] = _shift_argnums(keywords[name], n_extra)
-        if isinstance(keywords.get("in_shardings"), (tuple, list)):
-            keywords["in_shardings"] = (*[None] * n_extra, *keywords["in_shardings"])
+        in_shardings = keywords.get("in_shardings")
+        if in_shardings is not None and not isinstance(in_shardings, (tuple, list)):
+            # one sharding for every positional argument of `fn`, not the plumbed ones
+            in_shardings = (in_shardings,) * _positional_count(fn)
+        if isinstance(in_shardings, (tuple, list)):
+            keywords["in_shardings"] = (*[None] * n_extra, *in_shardings)
         if keywords.get("out_shardings") is not None:
             keywords["out_shardings"] = out_shardings(keywords["out_shardings"])
         transform = ft.partial(transform.func, *transform.args, **keywords)
@@ -111,6 +123,24 @@ def check_callable(value: Any, argument: str) -> None:
         raise EffectTypeError(
             f"{argument} must be callable, but got {type(value).__name__}: {value!r}."
         )
+
+
+def _positional_count(fn: Callable[..., Any]) -> int:
+    """How many positional parameters `fn` has (for a single `in_shardings`)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        params = None
+    kinds = [p.kind for p in params] if params is not None else None
+    if kinds is None or inspect.Parameter.VAR_POSITIONAL in kinds:
+        raise EffectTypeError(
+            "in_shardings given as one sharding applies to every positional argument, but "
+            f"effax cannot count those of {getattr(fn, '__qualname__', fn)!r} (it takes "
+            "*args, or has no signature). Give in_shardings as a tuple with one entry per "
+            "positional argument."
+        )
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(kind in positional for kind in kinds)
 
 
 # --- plumb_and_transform -----------------------------------------------------------

@@ -35,9 +35,10 @@ import jax
 from . import _context, _trace, _warmpath
 from ._context import Blocked, Tracked
 from ._effect import Effect
+from ._errors import EffectTypeError
 from ._plumb import Transform, apply_transform, normalize_transform
 from ._protocol import Export, Fields, Handler, Outcome, check_home
-from ._region import outcomes_of, run_inside, unsplit
+from ._region import outcomes_of, run_inside, unplumbable, unsplit
 
 __all__ = [
     "LOCK",
@@ -138,6 +139,11 @@ def resolve(
         check_home(handler)
     handlers.extend(own)
     exports = tuple(h.export() for h in handlers)
+    for handler, export in zip(handlers, exports, strict=True):
+        if export.static is not None:
+            why = unplumbable(handler.effect, export, "a compiled call", keyed=True)
+            if why is not None:
+                raise EffectTypeError(why)
     keys.extend(
         (h.effect, (type(h), h.fields), static_key(e.static))
         for h, e in zip(handlers, exports, strict=True)
@@ -362,7 +368,9 @@ class Function:
                 standins=_standins(program),
                 recorder=missing,
             )
-            outcomes = outcomes_of(program.inner_plan, dynamic, inner, carry_required=False)
+            outcomes = outcomes_of(
+                program.inner_plan, dynamic, inner, carry_required=False, where="a compiled call"
+            )
             looked = [key[0] for key in program.plan if key[0] in used]
             looked += [e for e in used if e not in program.keyed]
             looked += [e for e in missing if e not in used]

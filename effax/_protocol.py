@@ -159,7 +159,7 @@ class Fields(NamedTuple):
     >>> effax.Emit[int]("log").collect().fields
     Fields(static=None, const=None, carry=None, values='values', advance=None)
     >>> effax.rng.seed(0).fields
-    Fields(static=None, const='base_key', carry='counter', values=None, advance='offset')
+    Fields(static=None, const='base_key', carry='wire_counter', values=None, advance='offset')
 
     """
 

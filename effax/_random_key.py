@@ -57,8 +57,8 @@ def _checked(effect: RandomKey, counter: int) -> int:
         raise EffectUsageError(
             f"{effect!r} has drawn 2**32 keys from its base key, and fold_in folds in a "
             "32-bit counter, so the next key would repeat an earlier one. Reseed the "
-            f"stream with a fresh key (e.g. `{effect.handler_example()}`{effect.where_variable()} with a key "
-            "drawn from it)."
+            f"stream with a fresh key (e.g. `{effect.handler_example()}`"
+            f"{effect.where_variable()} with a key drawn from it)."
         )
     return counter
 
@@ -169,12 +169,14 @@ class KeyStream(Handler[RandomKey]):
 
     @counter.setter
     def counter(self, counter: int | jax.Array) -> None:
-        # A counter that came back traced: from here on, draws are not counted.
-        if isinstance(counter, int):
+        if isinstance(counter, int):  # set from Python: draws are still counted
+            if self.dynamic is None and self._start is not None:
+                self._start += counter - self.offset
+            else:
+                self._start = None
             self.dynamic, self.offset = None, counter
-        else:
-            self.dynamic, self.offset = counter, 0
-        self._start = None
+        else:  # came back traced: from here on, draws are not counted
+            self.dynamic, self.offset, self._start = counter, 0, None
 
     @property
     def wire_counter(self) -> int | jax.Array:

@@ -43,7 +43,7 @@ __all__ = [
     "outer_homes",
     "run_inside",
     "uncompilable_leaf",
-    "uncompilable_message",
+    "unplumbable",
     "unsplit",
 ]
 
@@ -107,6 +107,26 @@ def uncompilable_leaf(export: Export) -> Any:
     return None
 
 
+def unplumbable(effect: Effect[Any], export: Export, where: str, *, keyed: bool) -> str | None:
+    """Why `effect`'s handler, exporting `export`, cannot be plumbed into `where`
+    (a message), or None. With `keyed`, its static export must also be hashable
+    (it is part of a compilation cache key)."""
+    leaf = uncompilable_leaf(export)
+    if leaf is not None:
+        return uncompilable_message(effect, leaf, where)
+    if keyed:
+        try:
+            hash(export.static)
+        except TypeError:
+            return (
+                f"The handler of {effect!r} exports a static value of type "
+                f"{type(export.static).__name__}, which is not hashable, so it cannot be "
+                f"part of the cache key of {where}. Make it hashable (a tuple, a frozen "
+                "dataclass), or export it as a const (an array) instead."
+            )
+    return None
+
+
 def uncompilable_message(effect: Effect[Any], leaf: Any, where: str) -> str:
     """Why `effect`'s handler, holding `leaf`, cannot be plumbed into `where`."""
     fix = (
@@ -123,17 +143,16 @@ def uncompilable_message(effect: Effect[Any], leaf: Any, where: str) -> str:
 
 
 class Uncompilable(Blocked):
-    """Marks a handler whose value cannot enter a region: performing its effect
-    inside raises `EffectTypeError` naming it (unused, it is no obstacle)."""
+    """Marks a handler that cannot enter a region: performing its effect inside
+    raises `EffectTypeError` with `message` (unused, it is no obstacle)."""
 
-    __slots__ = ("leaf", "where")
+    __slots__ = ("message",)
 
-    def __init__(self, leaf: Any, where: str) -> None:
-        self.leaf = leaf
-        self.where = where
+    def __init__(self, message: str) -> None:
+        self.message = message
 
     def raise_for(self, effect: Effect[Any]) -> NoReturn:
-        raise EffectTypeError(uncompilable_message(effect, self.leaf, self.where))
+        raise EffectTypeError(self.message)
 
 
 def unsplit(handler: Handler[Any], ref: _trace.TraceRef) -> bool:
@@ -172,8 +191,12 @@ def check_carry(effect: Effect[Any], before: Any, after: Any) -> None:
 def _describe(sig: tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]) -> str:
     treedef, leaves = sig
     # key dtypes (`key<fry>`) are not numpy dtypes: name them as JAX prints them
-    avals = ", ".join(f"{getattr(d, 'name', None) or jnp.dtype(d).name}{list(s)}" for s, d in leaves)
+    avals = ", ".join(f"{_dtype_name(d)}{list(s)}" for s, d in leaves)
     return f"{treedef} with leaves [{avals}]"
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(getattr(dtype, "name", None) or jnp.dtype(dtype).name)
 
 
 def run_inside(
@@ -236,10 +259,23 @@ def outcomes_of(
     inner: Sequence[Handler[Any]],
     *,
     carry_required: bool,
+    where: str | None = None,
 ) -> list[Outcome]:
+    """What the inner handlers send out; checked to leave `where` (a traced region,
+    named for messages) if given."""
     results = []
     for (effect, _, _), (_, carry), handler in zip(plan, dynamic, inner, strict=True):
         result = handler.outcome(carry_required=carry_required)
+        if where is not None:
+            for leaf in jax.tree.leaves((result.carry, result.values)):
+                if not isinstance(leaf, _INPUT_TYPES):
+                    raise EffectTypeError(
+                        f"{effect!r} was given a {type(leaf).__name__} inside {where}, which "
+                        "cannot leave it: what a traced function or loop body sends out "
+                        "through its handlers (a State's new value, emitted values) must be "
+                        f"arrays or Python numbers. Convert it to an array, or perform "
+                        f"{effect!r} outside {where}."
+                    )
         check_carry(effect, carry, result.carry)
         results.append(result)
     return results
@@ -331,6 +367,7 @@ class Region:
         name: str,
     ) -> None:
         """`name` is the wrapper's, for messages (e.g. ``"effax.scan"``)."""
+        self.name = name
         self.stack = _context.current_stack()
         fns = [fn] if callable(fn) else list(fn)
         # Declared rows (`effax.uses`) narrow what is plumbed; otherwise every
@@ -341,6 +378,7 @@ class Region:
             row = list(dict.fromkeys(e for r in rows if r is not None for e in r))
         handlers = outer_handlers(self.stack, row=row)
         self.policy = policy
+        exports_axes: list[tuple[Export, int | None]]
         if policy is None:
             exports_axes = [(h.export(), None) for h in handlers]
         else:
@@ -352,13 +390,13 @@ class Region:
         exports: list[Export] = []
         self.carry_axes: list[int | None] = []
         for handler, (export, axis) in zip(handlers, exports_axes, strict=True):
-            leaf = uncompilable_leaf(export)
-            if leaf is None:
+            why = unplumbable(handler.effect, export, name, keyed=False)
+            if why is None:
                 self.handlers.append(handler)
                 exports.append(export)
                 self.carry_axes.append(axis)
             else:
-                self.blocked[handler.effect] = (handler, Uncompilable(leaf, name))
+                self.blocked[handler.effect] = (handler, Uncompilable(why))
         self.plan: Plan = tuple(
             (h.effect, type(h), e.static) for h, e in zip(self.handlers, exports, strict=True)
         )
@@ -390,7 +428,9 @@ class Region:
         out, inner = run_inside(
             self.plan, dynamic, fn, args, kwargs or {}, track=self.used, blocked=self.blocked
         )
-        return out, outcomes_of(self.plan, dynamic, inner, carry_required=carry_required)
+        return out, outcomes_of(
+            self.plan, dynamic, inner, carry_required=carry_required, where=self.name
+        )
 
     def split(self, outcomes: Sequence[Outcome]) -> tuple[list[Any], list[Any]]:
         """Inside a body: keep the outcomes' static parts (known at trace time), and

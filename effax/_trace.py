@@ -32,16 +32,19 @@ __all__ = [
     "SUPPORTED_JAX",
     "Trace",
     "TraceRef",
+    "batched_here",
     "batching_between",
     "current_trace_ref",
     "custom_rule_traced",
     "foreign_tracers",
     "innermost_staging_api",
     "jit_factory_options",
+    "output_program",
     "prune",
     "reachability",
     "stagings_between",
     "trace_state",
+    "varying_axes",
 ]
 
 SUPPORTED_JAX: Final = "0.10.x to 0.12.x"
@@ -93,22 +96,28 @@ def stagings_between(set_ref: TraceRef) -> int | None:
     """How many staging traces lie between the current trace (inclusive) and the
     trace of ``set_ref`` (exclusive), or None if that trace is not an ancestor."""
     count = 0
-    trace = _trace_ctx.trace
-    callers: Iterator[Trace] | None = None
-    while trace is not None:
+    for trace in _lineage():
         if trace._weakref is set_ref:
             return count
         if isinstance(trace, _Staging):
-            if _traces_custom_rule(trace):
-                # Traced afresh for each call, like the body of a Python function,
-                # but its `parent_trace` is not the caller's trace: continue from
-                # the trace that called the custom function.
-                callers = _custom_callers() if callers is None else callers
-                trace = next(callers, None)
-                continue
             count += 1
-        trace = getattr(trace, "parent_trace", None)
     return 0 if _related_unstaged(set_ref) else None
+
+
+def _lineage() -> Iterator[Trace]:
+    """The current trace and its ancestors, innermost first, seen through the
+    traces of custom derivative functions and rules: JAX traces those afresh for
+    each call, like the body of a Python function, but their `parent_trace` is not
+    the trace that called them, so the walk continues from that caller."""
+    trace = _trace_ctx.trace
+    callers: Iterator[Trace] | None = None
+    while trace is not None:
+        if isinstance(trace, _Staging) and _traces_custom_rule(trace):
+            callers = _custom_callers() if callers is None else callers
+            trace = next(callers, None)
+            continue
+        yield trace
+        trace = getattr(trace, "parent_trace", None)
 
 
 def batching_between(set_ref: TraceRef) -> bool:
@@ -122,20 +131,32 @@ def batching_between(set_ref: TraceRef) -> bool:
     return False
 
 
+def varying_axes(value: Any) -> frozenset[Any]:
+    """The manual mesh axes `value` varies over inside ``shard_map`` (with
+    ``check_vma``; empty elsewhere)."""
+    aval = jax.typeof(value)
+    manual = getattr(aval, "manual_axis_type", None)
+    return frozenset(getattr(manual, "varying", None) or getattr(aval, "vma", None) or ())
+
+
 def _related_unstaged(set_ref: TraceRef) -> bool:
     """Whether the trace of `set_ref` is live and shares an ancestor with the
-    current trace that the current trace reaches without crossing a staging trace.
+    current trace, with no staging trace strictly between either and it.
 
     JAX runs a custom derivative's function and rules for a grad or vmap trace at
     that trace's parent, or under a sibling trace it creates (linearize's partial
-    evaluation, vmap's subtrace): nothing is staged and cached there, so a value
-    of a handler installed under the grad or vmap trace may be read.
+    evaluation, vmap's subtrace): nothing is staged and cached in between, so a
+    value of a handler installed under the grad or vmap trace may be read.
     """
     owner = set_ref() if callable(set_ref) else None
     if owner is None or not owner.is_valid():
         return False
-    lineage = {id(trace) for trace in _ancestors(owner)}
-    for trace in _ancestors(_trace_ctx.trace):
+    lineage = set()  # the owner's ancestors up to the first staging trace (included)
+    for trace in _ancestors(owner):
+        lineage.add(id(trace))
+        if isinstance(trace, _Staging):
+            break
+    for trace in _lineage():
         if id(trace) in lineage:
             return True
         if isinstance(trace, _Staging):
@@ -162,7 +183,7 @@ def custom_rule_traced() -> str | None:
     function or rule, e.g. ``"custom_jvp jvp"``; otherwise None. For messages."""
     for trace in _ancestors(_trace_ctx.trace):
         if isinstance(trace, _Staging) and _traces_custom_rule(trace):
-            return str(trace.frame.debug_info.traced_for)
+            return str(getattr(trace.frame.debug_info, "traced_for", ""))
     return None
 
 
@@ -272,6 +293,35 @@ def prune(
     return evaluate, list(used_inputs)
 
 
+def output_program(closed_jaxpr: Any, index: int) -> tuple[Any, Callable[..., Any], list[bool]]:
+    """Output `index` of a traced program alone: a key that is equal for two
+    programs computing it the same way from the same inputs (the dead-code
+    eliminated equations, printed, and the identities of the constants they read),
+    a function computing it from the inputs it uses, and which inputs those are."""
+    jaxpr, consts = closed_jaxpr.jaxpr, closed_jaxpr.consts
+    opened = _pe.convert_constvars_jaxpr(jaxpr)  # constants become leading inputs
+    used = [i == index for i in range(len(jaxpr.outvars))]
+    pruned, used_inputs = _pe.dce_jaxpr(opened, used)
+    n = len(consts)
+    read = [c for c, u in zip(consts, used_inputs[:n], strict=True) if u]
+    key = (str(pruned), tuple(id(c) for c in read))
+
+    def evaluate(*args: Any) -> Any:
+        return _core.eval_jaxpr(pruned, (), *read, *args)[0]
+
+    return key, evaluate, list(used_inputs[n:])
+
+
+def batched_here(value: Any) -> bool:
+    """Whether `value` is batched by the current trace (a ``jax.vmap`` running
+    the code that holds it)."""
+    return (
+        isinstance(value, _batching.BatchTracer)
+        and value._trace is _trace_ctx.trace
+        and value.batch_dim is not None  # None: not mapped
+    )
+
+
 def jit_factory_options(transform: Callable[..., Any]) -> dict[str, Any] | None:
     """The options of ``jax.jit(**options)`` called without a function, or None.
 
@@ -328,7 +378,20 @@ def _self_test() -> None:
 
         return fn
 
+    def custom_inside(x: Any) -> Any:
+        # a custom_jvp function traced inside a staging trace reads its values
+        outer = current_trace_ref()
+
+        @jax.custom_jvp
+        def inner(y: Any) -> Any:
+            seen["custom_jvp"] = reachability(outer)
+            return y
+
+        inner.defjvp(lambda primals, tangents: (primals[0], tangents[0]))
+        return inner(x)
+
     x = jnp.float32(1.0)
+    jax.make_jaxpr(custom_inside)(x)
     jax.jit(probe("jit"))(x)
     jax.lax.scan(lambda c, _: (probe("scan")(c), None), x, None, length=1)
     jax.checkpoint(probe("checkpoint"))(x)
@@ -340,6 +403,7 @@ def _self_test() -> None:
         "checkpoint": "staged",
         "vmap": "ok",
         "grad": "ok",
+        "custom_jvp": "ok",
     }
     if _trace_ctx.trace._weakref is not root:
         seen["trace_state"] = "detached"  # the cheap identity key is not the trace's

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools as ft
 import itertools
+import re
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar
 
@@ -17,8 +18,8 @@ import jax
 from jax.sharding import PartitionSpec
 
 from . import _trace
-from ._callpath import handle
 from ._errors import EffectLeakError, EffectUsageError
+from ._handle import handle
 from ._protocol import BatchPolicy
 from ._region import Region
 
@@ -160,11 +161,52 @@ def _batched(
     mapped = transform(inner, region.carry_axes, region.carries)
 
     def call(*args: Any) -> Any:
-        out, carries, values = mapped(region.carries, *args)
+        try:
+            out, carries, values = mapped(region.carries, *args)
+        except ValueError as error:
+            raise _explain_sizes(region, error, wrapper_name)  # noqa: B904 (chained inside)
         region.absorb(carries, values, steps=1)
         return out
 
     return call
+
+
+_CARRY_PATH = re.compile(r"carries\[(\d+)\]")
+
+
+def _explain_sizes(region: Region, error: ValueError, wrapper_name: str) -> BaseException:
+    """Name the states of a batched region in JAX's error about batch sizes."""
+    text = str(error)
+    indices = {int(i) for i in _CARRY_PATH.findall(text)}
+    effects = [region.plan[i][0] for i in sorted(indices) if i < len(region.plan)]
+    if not effects:
+        return error
+    text = _CARRY_PATH.sub(lambda m: repr(region.plan[int(m.group(1))][0]), text)
+    new = EffectUsageError(
+        f"{wrapper_name}(state='batched') maps every State along its leading axis, so "
+        f"{', '.join(repr(e) for e in effects)} must have a leading axis of the batch size "
+        f"(one value per element): {text}\nInitialise the state with one row per element "
+        "(e.g. `jnp.stack([x] * batch_size)`), or use state='shared'."
+    )
+    new.__cause__ = error
+    return new
+
+
+def _check_replicated(region: Region, carries: Sequence[Any], names: tuple[Hashable, ...]) -> None:
+    """Inside `effax.shard_map`: refuse a shared (replicated) carry that varies
+    across devices, naming its effect (JAX would name an internal function)."""
+    for (effect, _, _), axis, carry in zip(region.plan, region.carry_axes, carries, strict=True):
+        if axis is not None:
+            continue
+        varying = {a for leaf in jax.tree.leaves(carry) for a in _trace.varying_axes(leaf)}
+        if varying:
+            raise EffectUsageError(
+                f"{effect!r} was updated with a value that differs across the devices of "
+                f"effax.shard_map (it varies over mesh axes {sorted(varying, key=str)}), but "
+                "state='shared' keeps one replicated value. Reduce the update over those "
+                "axes first (lax.pmean / lax.psum), or use state='batched' to keep one value "
+                "per device along the leading axis."
+            )
 
 
 def vmap(
@@ -302,6 +344,7 @@ def shard_map(
 
             def per_device(carries: Any, *args: Any) -> Any:
                 out, out_carries, values = inner(carries, *args)
+                _check_replicated(region, out_carries, names)
                 # stack values per device: a new leading axis of size 1 here
                 values = jax.tree.map(lambda v: v[None], values)
                 return out, out_carries, values

@@ -15,7 +15,7 @@ cell (its *environment*, laid out by `HEAD`):
         if env[0] is not TOKEN:               # an environment for other code
             return env[1]((x,), {})
         (_, dispatch, general, stack, get_stack, trace_state, trace, fn, retrace,
-         mismatch, node, h0, h1, h2, S0, T0, K1) = env
+         mismatch, node, explain, h0, h1, h2, S0, T0, K1) = env
         if stack() is not get_stack() or trace_state.value is not trace:
             return dispatch((x,), {})        # another stack or trace
         v0 = h0.provided                      # a static export: compared as jit does
@@ -25,6 +25,8 @@ cell (its *environment*, laid out by `HEAD`):
             r = fn(h1.base_key, h1.counter, h2.value, x)
         except retrace:                       # a retrace looked up another effect
             return general((x,), {})
+        except Exception as error:            # named for the user (see `explain`)
+            raise explain(error)
         out, p = r
         if p.__class__ is not tuple:          # a retrace with another output layout
             return mismatch((h0, h1, h2), r)
@@ -80,6 +82,7 @@ HEAD = (
     "retrace",  # the exception a trace raises to be retried on the general path
     "mismatch",  # ``mismatch(handlers, result)``: a retrace with another layout
     "node",  # the layout node of the layout the code writes for (None: the first)
+    "explain",  # ``explain(error)``: the exception to raise for a failed call
 )
 
 # Compiled into generated code as a string constant, then replaced by the
@@ -352,6 +355,8 @@ def template(
         *call,
         "except _fxretrace:",
         f"    return {general}",
+        "except Exception as _fxerror:",
+        "    raise _fxexplain(_fxerror)",
         "_fxout, _fxp = _fxr",
         "if _fxp.__class__ is not _fxtuple:"
         if first

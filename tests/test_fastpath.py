@@ -64,13 +64,13 @@ def run(fn, xs):
 def general_calls(monkeypatch):
     """How many calls took `handle`'s general path."""
     count = [0]
-    original = _callpath._Handled.call
+    original = _callpath.Handled.call
 
     def counted(self, args, kwargs):
         count[0] += 1
         return original(self, args, kwargs)
 
-    monkeypatch.setattr(_callpath._Handled, "call", counted)
+    monkeypatch.setattr(_callpath.Handled, "call", counted)
     return count
 
 

@@ -13,7 +13,9 @@ LAYERS = [
     {"_ask", "_state", "_random_key", "_emit"},
     {"_handlers", "_region", "_plumb", "_warmpath", "_uses", "_discrete"},
     {"_program"},
+    {"_explain"},
     {"_callpath"},
+    {"_handle"},
     {"_control", "_transforms", "random"},
 ]
 LAYER = {module: i for i, layer in enumerate(LAYERS) for module in layer}

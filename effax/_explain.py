@@ -1,0 +1,66 @@
+"""Errors of a compiled call, named for the effect that caused them.
+
+A compiled call's plumbed handler values are positional arguments of the program
+JAX traces and compiles; when one makes JAX fail (a value that cannot be an input,
+an int that overflows, Python control flow on a traced `Ask`), JAX's message names
+an argument no user wrote. `explain` turns such an error into an `EffectTypeError`
+that names the effect and the fix, chained to JAX's.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+
+from ._ask import Ask
+from ._errors import EffectTypeError
+from ._program import Plan, Resolved, plumbed_keys, slots
+from ._protocol import Fields
+from ._region import unplumbable
+
+__all__ = ["explain"]
+
+_PLUMBED = re.compile(r"_effax_plumbed_(\d+)")
+
+
+def explain(plan: Plan, error: BaseException, resolved: Resolved | None = None) -> BaseException:
+    """The exception to raise for `error`, raised by a compiled call of `plan`'s
+    program: an `EffectTypeError` naming the effect if a plumbed handler's value
+    caused it (a value that cannot be an input; JAX naming a plumbed argument,
+    which no user knows), else `error` itself."""
+    if resolved is not None and isinstance(error, TypeError):
+        for handler, export in zip(resolved.handlers, resolved.exports, strict=True):
+            why = unplumbable(handler.effect, export, "a compiled call", keyed=True)
+            if why is not None:
+                return _chained(EffectTypeError(why), error)
+    text = str(error)
+    if "_effax_plumbed_" not in text:
+        return error
+    owners = []  # what each plumbed argument is: (effect, "<effect>.<field>")
+    for effect, (cls, fields), _ in plumbed_keys(plan):
+        has_const, has_carry = slots(cls, fields)
+        f = fields or Fields(const="const", carry="carry")
+        names = [f.const or "const"] * has_const + [f.carry or "carry"] * has_carry
+        owners += [(effect, f"{effect!r} (its handler's `{name}`)") for name in names]
+    found = [owners[int(i)] for i in _PLUMBED.findall(text) if int(i) < len(owners)]
+    if not found:
+        return error
+    effect = found[0][0]
+    text = _PLUMBED.sub(lambda m: owners[int(m.group(1))][1], text)
+    hint = ""
+    if isinstance(error, jax.errors.ConcretizationTypeError) and isinstance(effect, Ask):
+        hint = (
+            f"\n\n{effect!r} crosses the compiled call as a traced input, so its value is not "
+            "known to Python control flow (if, while, int(), indexing with it) while "
+            f"tracing. Declare it with static=True (`Ask[...]({effect.name!r}, "
+            "static=True)`): its value is then a Python constant and part of the cache "
+            "key (a new value retraces); or use jnp.where / effax.cond on it."
+        )
+    message = f"{type(error).__name__} for {effect!r} in a compiled call: {text}{hint}"
+    return _chained(EffectTypeError(message), error)
+
+
+def _chained(new: BaseException, cause: BaseException) -> BaseException:
+    new.__cause__ = cause
+    return new

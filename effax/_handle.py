@@ -1,0 +1,202 @@
+"""`handle` and `jit`: what users call to handle a function, and to compile it.
+
+`handle(fn, *handlers, transform=...)` builds a `_callpath.Handled` (the call path
+of one handled function) and returns its entry, a function with `fn`'s signature.
+Functions handled without handlers of their own share their programs per function
+and transformation, so that `effax.jit(f)` written inline reuses them.
+"""
+
+from __future__ import annotations
+
+import functools as ft
+import inspect
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any, ParamSpec, TypeVar, cast, overload
+
+import jax
+
+from ._callpath import Handled
+from ._errors import EffectTypeError
+from ._plumb import Transform, check_callable, normalize_transform
+from ._program import LOCK, Function
+from ._protocol import Handler
+
+__all__ = ["handle", "jit"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+# Functions handled without handlers of their own, by function (weakly) and
+# transformation, so that `effax.jit(f)` written inline reuses its programs.
+_SHARED: weakref.WeakKeyDictionary[Any, dict[Hashable, Function]] = weakref.WeakKeyDictionary()
+
+
+def _shared(fn: Callable[..., Any], transform: Transform) -> Function:
+    key = _transform_key(transform)
+    try:
+        per_fn = _SHARED.get(fn) if key is not None else None
+    except TypeError:  # fn is not hashable or not weakly referenceable
+        per_fn = None
+        key = None
+    if key is None:
+        return Function(fn, transform, ())
+    with LOCK:
+        if per_fn is None:
+            try:
+                per_fn = _SHARED.setdefault(fn, {})
+            except TypeError:
+                return Function(fn, transform, ())
+        function = per_fn.get(key)
+        if function is None:
+            function = per_fn[key] = Function(fn, transform, ())
+    return function
+
+
+def _transform_key(transform: Transform) -> Hashable | None:
+    """What identifies a transformation for sharing programs, or None if nothing
+    safely does (a partial with unhashable options)."""
+    transform = normalize_transform(transform)
+    key: Hashable = transform
+    if isinstance(transform, ft.partial):
+        key = (transform.func, transform.args, tuple(sorted(transform.keywords.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def handle(
+    fn: Callable[P, R], *handlers: Handler[Any], transform: Transform | None = None
+) -> Callable[P, R]:
+    """Run `fn` under `handlers`, optionally across a JAX transformation.
+
+    Returns a function with `fn`'s signature. On each call, `handlers` are installed
+    innermost around `fn`; effects they do not handle are resolved by the handlers
+    around the *call*. With a `transform` (``jax.jit``, ``jax.jit(static_argnums=...)``
+    or ``functools.partial(jax.jit, ...)`` whose options refer to `fn`'s parameters,
+    ``jax.checkpoint``, ``jax.eval_shape``) every handler's values cross it as
+    explicit inputs and outputs: states go in and come back, keys go in and their
+    counters advance, emitted values come out, and static `Ask` values are part of
+    the cache key. Changing a handled value never retraces.
+
+    The handlers passed here are cells: a `State` handler keeps its value from one
+    call to the next, a key stream its counter.
+
+    A call that raises, eagerly or while tracing, leaves every handler as it was
+    before the call.
+
+    A compiled program is reused while every handler lookup its trace made would
+    find the same: the same kind of handler with the same static value, or, for a
+    lookup that found none, still none. Its body is traced once and compiled once
+    per such environment, however many unrelated handlers are installed around the
+    call. ``jax.eval_shape`` returns the output's shapes and changes no handler.
+
+    A coroutine function (``async def``) without a `transform` is handled too: the
+    handlers are installed while the coroutine runs, in its task's context. A
+    generator function, or a coroutine function with a `transform`, is refused
+    (`EffectTypeError`): its body would run after the handled call returned.
+
+    **Example:**
+
+    >>> import jax, jax.numpy as jnp, effax
+    >>> count = effax.State[jax.Array]("count")
+    >>> def tick():
+    ...     count.modify(lambda n: n + 1)
+    ...     return count.get()
+    >>> cell = count.init(jnp.int32(0))
+    >>> fast_tick = effax.handle(tick, cell, transform=jax.jit)
+    >>> [int(fast_tick()) for _ in range(3)]
+    [1, 2, 3]
+
+    """
+    check_callable(fn, "fn")
+    if transform is not None:
+        check_callable(transform, "transform")
+    kind = _suspending(fn)
+    if kind is not None and (transform is not None or kind != "a coroutine"):
+        raise EffectTypeError(
+            f"effax.handle got {kind} function {getattr(fn, '__qualname__', fn)!r}"
+            + (
+                ", which a JAX transformation cannot trace (it returns a "
+                f"{kind.split()[-1]}, not arrays). Handle (or compile) the synchronous "
+                "function it calls instead."
+                if transform is not None
+                else ": its body runs when it is iterated, after the handled call has "
+                "returned, so the handlers would not be installed. Install them inside "
+                "it (`with handler: ...` in the body), or handle the function that "
+                "computes each item."
+            )
+        )
+    for handler in handlers:
+        if not isinstance(handler, Handler):
+            raise EffectTypeError(
+                "effax.handle(fn, *handlers) takes handlers (e.g. `steps.init(0)`), but "
+                f"got {type(handler).__name__}: {handler!r}."
+            )
+    if transform is None:
+        function = None
+    elif handlers:
+        function = Function(fn, transform, handlers)
+    else:
+        function = _shared(fn, transform)
+    handled = Handled(fn, handlers, function)
+    entry: Callable[..., Any] = handled.entry
+    if kind == "a coroutine":
+
+        async def run(*args: Any, **kwargs: Any) -> Any:
+            return await handled.call_async(args, kwargs)
+
+        entry = run
+
+    ft.update_wrapper(entry, fn)
+    declared = getattr(fn, "__effax_row__", None)
+    if declared is not None:
+        # what a caller of the handled function must handle: fn's row minus ours
+        own = {h.effect for h in handlers}
+        entry.__effax_row__ = tuple(e for e in declared if e not in own)  # type: ignore[attr-defined]
+    return cast("Callable[P, R]", entry)
+
+
+def _suspending(fn: Callable[..., Any]) -> str | None:
+    """What kind of function `fn` is if calling it does not run its body."""
+    if inspect.iscoroutinefunction(fn):
+        return "a coroutine"
+    if inspect.isasyncgenfunction(fn):
+        return "an async generator"
+    if inspect.isgeneratorfunction(fn):
+        return "a generator"
+    return None
+
+
+@overload
+def jit(fn: Callable[P, R], /, **jit_kwargs: Any) -> Callable[P, R]: ...
+@overload
+def jit(fn: None = None, /, **jit_kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def jit(
+    fn: Callable[P, R] | None = None, /, **jit_kwargs: Any
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """``effax.handle(fn, transform=functools.partial(jax.jit, **jit_kwargs))``.
+
+    Usable as ``@effax.jit`` or ``@effax.jit(static_argnums=...)``. Like
+    ``jax.jit(f)``, ``effax.jit(f)`` written inline (``effax.jit(f)(x)`` in a loop)
+    reuses the programs compiled for `f` by an earlier ``effax.jit(f)``.
+
+    **Example:**
+
+    >>> import jax.numpy as jnp, effax
+    >>> scale = effax.Ask[jnp.ndarray]("scale")
+    >>> @effax.jit
+    ... def f(x):
+    ...     return x * scale.ask()
+    >>> with scale.provide(jnp.float32(3)):
+    ...     float(f(2.0))
+    6.0
+
+    """
+    if fn is None:
+        return lambda f: jit(f, **jit_kwargs)
+    transform = ft.partial(jax.jit, **jit_kwargs) if jit_kwargs else jax.jit
+    return handle(fn, transform=transform)
