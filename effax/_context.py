@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from . import _trace
+from ._errors import EffectUsageError
 
 if TYPE_CHECKING:
     from ._effect import Effect
@@ -27,8 +28,8 @@ __all__ = [
     "Stack",
     "Tracked",
     "current_stack",
-    "enter",
-    "exit",
+    "enter_block",
+    "exit_block",
     "note_missing",
     "pop",
     "push",
@@ -209,16 +210,21 @@ _ENTERED: contextvars.ContextVar[dict[int, tuple[contextvars.Token[Stack], ...]]
 )
 
 
-def enter(owner: object, handlers: tuple[Handler[Any], ...]) -> None:
+def enter_block(owner: object, handlers: tuple[Handler[Any], ...]) -> None:
     """Install `handlers` for `owner`'s ``with`` block, in the current context."""
     token = push(handlers)
     entered = _ENTERED.get()
     _ENTERED.set({**entered, id(owner): (*entered.get(id(owner), ()), token)})
 
 
-def exit(owner: object) -> None:
-    """Undo the innermost `enter(owner, ...)` of the current context."""
+def exit_block(owner: object) -> None:
+    """Undo the innermost `enter_block(owner, ...)` of the current context."""
     entered = _ENTERED.get()
+    if id(owner) not in entered:
+        raise EffectUsageError(
+            f"{owner!r} is exited in a context (thread or asyncio task) where it was not "
+            "entered. Enter and exit a handler in the same `with` block."
+        )
     *rest, token = entered[id(owner)]
     remaining = dict(entered)
     if rest:

@@ -156,7 +156,7 @@ def unsplit_message(effect: Effect[Any]) -> str:
         "it, so every element of the batch would get the same result (the same key). "
         "Use effax.vmap(fn, keys='split') for a distinct stream per element, or "
         "effax.vmap(fn, keys='shared') for the keys the unbatched function draws; or "
-        f"install the handler inside the vmapped function."
+        "install the handler inside the vmapped function."
     )
 
 

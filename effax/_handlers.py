@@ -93,11 +93,11 @@ class Handlers(Mapping[Effect[Any], Any]):
     def __enter__(self) -> Handlers:
         for handler in self._handlers.values():
             check_home(handler)
-        _context.enter(self, tuple(self._handlers.values()))
+        _context.enter_block(self, tuple(self._handlers.values()))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        _context.exit(self)
+        _context.exit_block(self)
 
 
 def handlers(*handlers: Handler[Any]) -> Handlers:

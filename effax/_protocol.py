@@ -322,11 +322,11 @@ class Handler(abc.ABC, Generic[E]):
 
     def __enter__(self: H) -> H:
         check_home(self)
-        _context.enter(self, (self,))
+        _context.enter_block(self, (self,))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        _context.exit(self)
+        _context.exit_block(self)
 
 
 def home_of(handler: Handler[Any]) -> _trace.TraceRef | None:

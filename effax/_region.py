@@ -42,7 +42,6 @@ __all__ = [
     "outer_handlers",
     "outer_homes",
     "run_inside",
-    "uncompilable_leaf",
     "unplumbable",
     "unsplit",
 ]
@@ -98,7 +97,7 @@ def outer_handlers(
 _INPUT_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
 
 
-def uncompilable_leaf(export: Export) -> Any:
+def _uncompilable_leaf(export: Export) -> Any:
     """A leaf of `export`'s const or carry that cannot be an input of a traced
     region (not an array or a Python number), or None."""
     for leaf in jax.tree.leaves((export.const, export.carry)):
@@ -111,7 +110,7 @@ def unplumbable(effect: Effect[Any], export: Export, where: str, *, keyed: bool)
     """Why `effect`'s handler, exporting `export`, cannot be plumbed into `where`
     (a message), or None. With `keyed`, its static export must also be hashable
     (it is part of a compilation cache key)."""
-    leaf = uncompilable_leaf(export)
+    leaf = _uncompilable_leaf(export)
     if leaf is not None:
         return uncompilable_message(effect, leaf, where)
     if keyed:

@@ -284,6 +284,28 @@ def test_threads_sharing_a_handler_exit_in_any_order():
     assert not errors and results == [2.0, 2.0]
 
 
+def test_exiting_a_handler_where_it_was_not_entered_is_refused():
+    config = scale.provide(jnp.float32(1.0))
+    with config:
+        with raises(fx.EffectUsageError, "where it was not entered"):
+            threading_result = []
+            thread = threading.Thread(
+                target=lambda: threading_result.append(_exit_or_error(config))
+            )
+            thread.start()
+            thread.join()
+            raise threading_result[0]
+        assert float(scale.ask()) == 1.0  # still installed here
+
+
+def _exit_or_error(handler):
+    try:
+        handler.__exit__(None, None, None)
+    except fx.EffectUsageError as error:
+        return error
+    return AssertionError("exited in another thread")
+
+
 def test_threads_each_with_their_own_cell_lose_no_update():
     counts = []
 
