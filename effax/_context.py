@@ -153,7 +153,7 @@ class Stack(dict["Effect[Any]", Entry]):
     each, since every enclosing trace baked that outcome in.
     """
 
-    __slots__ = ("__weakref__", "recorders")
+    __slots__ = ("__weakref__", "owner", "recorders", "token")
 
     def __init__(
         self,
@@ -163,6 +163,10 @@ class Stack(dict["Effect[Any]", Entry]):
     ) -> None:
         super().__init__(entries or {})
         self.recorders = recorders
+        # For a stack installed by a `with` block: the handler (or bundle) that
+        # entered it, and the token that restores the stack below it.
+        self.owner: object = None
+        self.token: contextvars.Token[Stack] | None = None
 
 
 _EMPTY = Stack()
@@ -202,37 +206,26 @@ def pop(token: contextvars.Token[Stack]) -> None:
     _STACK.reset(token)
 
 
-# The tokens of handlers (and bundles) entered as context managers, by owner id,
-# innermost last. A context variable, so that one handler object entered by two
-# threads or asyncio tasks that exit in any order restores each its own stack.
-_ENTERED: contextvars.ContextVar[dict[int, tuple[contextvars.Token[Stack], ...]]] = (
-    contextvars.ContextVar("effax.entered", default={})  # noqa: B039 (never mutated)
-)
-
-
 def enter_block(owner: object, handlers: tuple[Handler[Any], ...]) -> None:
-    """Install `handlers` for `owner`'s ``with`` block, in the current context."""
+    """Install `handlers` for `owner`'s ``with`` block. The installed stack keeps
+    its owner and token, so that one handler object entered by several threads or
+    asyncio tasks (each with its own current stack) exits in any order."""
     token = push(handlers)
-    entered = _ENTERED.get()
-    _ENTERED.set({**entered, id(owner): (*entered.get(id(owner), ()), token)})
+    stack = _STACK.get()
+    stack.owner, stack.token = owner, token
 
 
 def exit_block(owner: object) -> None:
-    """Undo the innermost `enter_block(owner, ...)` of the current context."""
-    entered = _ENTERED.get()
-    if id(owner) not in entered:
+    """Undo `owner`'s innermost `enter_block` in the current context."""
+    stack = _STACK.get()
+    if stack.owner is not owner or stack.token is None:
         raise EffectUsageError(
-            f"{owner!r} is exited in a context (thread or asyncio task) where it was not "
-            "entered. Enter and exit a handler in the same `with` block."
+            f"{owner!r} is exited where it is not the innermost handler entered: in "
+            "another thread or asyncio task than the one that entered it, or out of order "
+            "(e.g. by a generator suspended inside its `with` block). Enter and exit a "
+            "handler in one `with` block of one thread or task."
         )
-    *rest, token = entered[id(owner)]
-    remaining = dict(entered)
-    if rest:
-        remaining[id(owner)] = tuple(rest)
-    else:
-        del remaining[id(owner)]
-    _ENTERED.set(remaining)
-    pop(token)
+    _STACK.reset(stack.token)
 
 
 # --- stack-entry markers ------------------------------------------------------------

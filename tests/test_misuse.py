@@ -287,7 +287,7 @@ def test_threads_sharing_a_handler_exit_in_any_order():
 def test_exiting_a_handler_where_it_was_not_entered_is_refused():
     config = scale.provide(jnp.float32(1.0))
     with config:
-        with raises(fx.EffectUsageError, "where it was not entered"):
+        with raises(fx.EffectUsageError, "where it is not the innermost handler entered"):
             threading_result = []
             thread = threading.Thread(
                 target=lambda: threading_result.append(_exit_or_error(config))
