@@ -14,7 +14,7 @@ from ._control import (
     while_loop as while_loop,
 )
 from ._effect import Effect as Effect
-from ._emit import Collector as Collector, Emit as Emit
+from ._emit import Collector as Collector, Discarder as Discarder, Emit as Emit
 from ._errors import (
     EffectError as EffectError,
     EffectLeakError as EffectLeakError,
@@ -39,6 +39,11 @@ from ._random_key import (
     KeyStream as KeyStream,
     RandomKey as RandomKey,
     rng as rng,
+)
+from ._snapshot import (
+    assert_processes_agree as assert_processes_agree,
+    restore as restore,
+    snapshot as snapshot,
 )
 from ._state import State as State, StateCell as StateCell
 from ._transforms import (

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from . import _context, _trace, _warmpath
 from ._effect import Effect
+from ._errors import EffectUsageError
 from ._explain import explain
 from ._program import (
     LOCK,
@@ -135,23 +136,14 @@ class Handled:
         stack = _context.current_stack()
         while True:
             row = function.row
-            if row is None:  # never traced: plumb everything reachable, learn the row
-                # what can be a compiled input; any other one is seen as a stand-in,
-                # plumbed in (and explained if that fails) only if `fn` looks it up
-                effects = [
-                    h.effect
-                    for h in outer_handlers(stack, skip=function.own_effects)
-                    if unplumbable(h.effect, h.export(), "a compiled call", keyed=True) is None
-                ]
-                resolved = resolve(stack, effects, self.own, note=False)
-            else:
-                resolved = resolve(stack, tuple(row), self.own, note=True)
+            resolved = self.resolve(stack)
             program = function.program(resolved.plan)
             if row is not None:
                 warm = self.rebind(stack, resolved, program)
                 if warm is not None:  # a new stack of an environment already run
                     return warm(*args, **kwargs)
             flat = flat_inputs(resolved.plan, resolved.exports)
+            program.note_shardings(flat)
             try:
                 if row is None:
                     resolved, program, result = self.discover(
@@ -173,6 +165,53 @@ class Handled:
             # checking): calls under this stack can take the warm path.
             self.bind(stack, resolved.plan, program, handlers, result[1])
         return result[0]
+
+    def resolve(self, stack: _context.Stack) -> Resolved:
+        """The environment of a call under `stack`: the function's row, or before
+        its first trace every reachable handler that can be a compiled input (any
+        other one is seen as a stand-in, plumbed in, and explained if that fails,
+        only if the function looks it up)."""
+        function = self.function
+        assert function is not None
+        if function.row is not None:
+            return resolve(stack, tuple(function.row), self.own, note=True)
+        effects = [
+            h.effect
+            for h in outer_handlers(stack, skip=function.own_effects)
+            if unplumbable(h.effect, h.export(), "a compiled call", keyed=True) is None
+        ]
+        return resolve(stack, effects, self.own, note=False)
+
+    def stage(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``jax.jit``'s `.trace(*args, **kwargs)` of the program the handlers
+        installed now would run (JAX's own `Traced`; nothing runs, nothing changes)."""
+        function = self.function
+        assert function is not None
+        stack = _context.current_stack()
+        while True:
+            discovering = function.row is None
+            resolved = self.resolve(stack)
+            program = function.program(resolved.plan)
+            flat = flat_inputs(resolved.plan, resolved.exports)
+            program.note_shardings(flat)
+            token = PENDING.set(Pending(program, True, None)) if discovering else None
+            trace = getattr(program.fn, "trace", None)
+            if trace is None:
+                raise EffectUsageError(
+                    ".trace() / .lower() stage the program of a jax.jit transformation; "
+                    f"this function's transformation ({function.transform!r}) has no stages."
+                )
+            try:
+                traced = trace(*flat, *args, **kwargs)
+            except Retrace:
+                continue
+            except Exception as error:
+                raise explain(resolved.plan, error, resolved)  # noqa: B904 (chained inside)
+            finally:
+                if token is not None:
+                    PENDING.reset(token)
+            if not discovering:
+                return traced
 
     def discover(
         self,
@@ -213,9 +252,11 @@ class Handled:
             return narrow, program, program.fn(*flat, *args, **kwargs)
         wide_program, program = program, function.program(narrow.plan)
         replay = Function.replay(wide_program, wide.exports, program, narrow, traced)
+        flat = flat_inputs(narrow.plan, narrow.exports)
+        program.note_shardings(flat)
         token = PENDING.set(Pending(program, False, replay))
         try:
-            result = program.fn(*flat_inputs(narrow.plan, narrow.exports), *args, **kwargs)
+            result = program.fn(*flat, *args, **kwargs)
         except Exception as error:
             raise explain(narrow.plan, error, narrow)  # noqa: B904 (chained inside)
         finally:

@@ -112,10 +112,12 @@ class Effect(Generic[H]):
         entry = _context.current_stack().get(self)
         if entry is None:
             _context.note_missing(self)
+            processes = _trace.process_count()
             raise UnhandledEffectError(
                 f"{self!r} was performed with no handler installed. Install one around "
                 f"the call, e.g. `with {self.handler_example()}: ...` or "
                 f"`effax.handle(fn, {self.handler_example()})`{self.where_variable()}."
+                + (_MULTI_PROCESS.format(n=processes) if processes > 1 else "")
             )
         handler, ref = entry
         if ref is not _trace.current_trace_ref():
@@ -146,6 +148,12 @@ class Effect(Generic[H]):
         if ref is not _trace.current_trace_ref():
             check_write(self, value, ref)
         return handler
+
+
+_MULTI_PROCESS = (
+    " This program runs in {n} processes: the others may now be blocked in a collective "
+    "waiting for this one; every process must install the same handlers."
+)
 
 
 def unsplit_message(effect: Effect[Any]) -> str:

@@ -1,4 +1,5 @@
-"""`Emit`: a writer effect, and `Collector`, its handler."""
+"""`Emit`: a writer effect, and its handlers: `Collector`, which keeps what is
+emitted, and `Discarder`, which drops it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import attrs
 from ._effect import Effect
 from ._protocol import Fields, Handler, PyTree
 
-__all__ = ["Collector", "Emit"]
+__all__ = ["Collector", "Discarder", "Emit"]
 
 T = TypeVar("T")
 
@@ -44,6 +45,11 @@ class Emit(Effect["Collector[T]"], Generic[T]):
         """A handler collecting the emitted values in `.values`."""
         return Collector(self)
 
+    def discard(self) -> Discarder[T]:
+        """A handler dropping the emitted values: a compiled function emits nothing
+        (no extra outputs), as if the emit sites were not there."""
+        return Discarder(self)
+
 
 @attrs.define(eq=False)
 class Collector(Handler[Emit[T]]):
@@ -73,6 +79,53 @@ class Collector(Handler[Emit[T]]):
     def value(self) -> list[T]:
         return self.values
 
+    def clear(self) -> None:
+        """Forget the values collected so far (e.g. after logging them)."""
+        self.values.clear()
+
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Collector[T]:
+        return cls(effect)
+
+
+class _Sink:
+    """Where a `Discarder`'s emits go: nowhere."""
+
+    __slots__ = ()
+
+    def append(self, value: Any) -> None:
+        pass
+
+
+@attrs.define(eq=False)
+class Discarder(Handler[Emit[T]]):
+    """The handler of an :class:`Emit` that drops what is emitted.
+
+    Made by `Emit.discard`. Nothing crosses a traced boundary (its `fields` are
+    empty), so a compiled function under it has no outputs for the emits.
+
+    **Example:**
+
+    >>> import jax, jax.numpy as jnp, effax
+    >>> debug = effax.Emit[jnp.ndarray]("debug")
+    >>> def f(x):
+    ...     debug.emit(x * 2)
+    ...     return x + 1
+    >>> with debug.discard() as dropped:
+    ...     y = effax.jit(f)(1.0)
+    >>> float(y), dropped.value
+    (2.0, [])
+
+    """
+
+    effect: Emit[T]
+    fields = Fields()
+    values = _Sink()  # what `Emit.emit` appends to
+
+    @property
+    def value(self) -> list[T]:
+        return []
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Discarder[T]:
         return cls(effect)

@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar, cast, overload
 import jax
 
 from ._callpath import Handled
-from ._errors import EffectTypeError
+from ._errors import EffectTypeError, EffectUsageError
 from ._plumb import Transform, check_callable, normalize_transform
 from ._program import LOCK, Function
 from ._protocol import Handler
@@ -33,24 +33,25 @@ R = TypeVar("R")
 _SHARED: weakref.WeakKeyDictionary[Any, dict[Hashable, Function]] = weakref.WeakKeyDictionary()
 
 
-def _shared(fn: Callable[..., Any], transform: Transform) -> Function:
+def _shared(fn: Callable[..., Any], transform: Transform, donate_state: bool) -> Function:
     key = _transform_key(transform)
+    key = None if key is None else (key, donate_state)
     try:
         per_fn = _SHARED.get(fn) if key is not None else None
     except TypeError:  # fn is not hashable or not weakly referenceable
         per_fn = None
         key = None
     if key is None:
-        return Function(fn, transform, ())
+        return Function(fn, transform, (), donate_state=donate_state)
     with LOCK:
         if per_fn is None:
             try:
                 per_fn = _SHARED.setdefault(fn, {})
             except TypeError:
-                return Function(fn, transform, ())
+                return Function(fn, transform, (), donate_state=donate_state)
         function = per_fn.get(key)
         if function is None:
-            function = per_fn[key] = Function(fn, transform, ())
+            function = per_fn[key] = Function(fn, transform, (), donate_state=donate_state)
     return function
 
 
@@ -69,7 +70,10 @@ def _transform_key(transform: Transform) -> Hashable | None:
 
 
 def handle(
-    fn: Callable[P, R], *handlers: Handler[Any], transform: Transform | None = None
+    fn: Callable[P, R],
+    *handlers: Handler[Any],
+    transform: Transform | None = None,
+    donate_state: bool = False,
 ) -> Callable[P, R]:
     """Run `fn` under `handlers`, optionally across a JAX transformation.
 
@@ -93,6 +97,18 @@ def handle(
     lookup that found none, still none. Its body is traced once and compiled once
     per such environment, however many unrelated handlers are installed around the
     call. ``jax.eval_shape`` returns the output's shapes and changes no handler.
+
+    With ``donate_state=True`` (``jax.jit`` only) the plumbed states' buffers are
+    donated to the compiled call (``donate_argnums``): a state is updated in
+    place, and the array it held before the call is deleted afterwards. The
+    results are those of the call without donation.
+
+    A compiled handled function has ``.trace(*args, **kwargs)`` and
+    ``.lower(*args, **kwargs)``, as a ``jax.jit`` function does: they stage the
+    program the handlers installed at that moment would run (its handler values
+    are explicit inputs and outputs) and return JAX's own ``Traced`` and
+    ``Lowered`` (``.lower(x).compile().cost_analysis()``, ``.as_text()``, ...).
+    Nothing runs and no handler changes.
 
     A coroutine function (``async def``) without a `transform` is handled too: the
     handlers are installed while the coroutine runs, in its task's context. A
@@ -136,14 +152,22 @@ def handle(
                 "effax.handle(fn, *handlers) takes handlers (e.g. `steps.init(0)`), but "
                 f"got {type(handler).__name__}: {handler!r}."
             )
+    if donate_state and transform is None:
+        raise EffectUsageError(
+            "donate_state=True donates the plumbed states to a compiled call: give "
+            "transform=jax.jit (or use effax.jit(fn, donate_state=True))."
+        )
     if transform is None:
         function = None
     elif handlers:
-        function = Function(fn, transform, handlers)
+        function = Function(fn, transform, handlers, donate_state=donate_state)
     else:
-        function = _shared(fn, transform)
+        function = _shared(fn, transform, donate_state)
     handled = Handled(fn, handlers, function)
     entry: Callable[..., Any] = handled.entry
+    if function is not None:
+        entry.trace = lambda *args, **kwargs: handled.stage(args, kwargs)  # type: ignore[attr-defined]
+        entry.lower = lambda *args, **kwargs: handled.stage(args, kwargs).lower()  # type: ignore[attr-defined]
     if kind == "a coroutine":
 
         async def run(*args: Any, **kwargs: Any) -> Any:
@@ -172,13 +196,18 @@ def _suspending(fn: Callable[..., Any]) -> str | None:
 
 
 @overload
-def jit(fn: Callable[P, R], /, **jit_kwargs: Any) -> Callable[P, R]: ...
-@overload
-def jit(fn: None = None, /, **jit_kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def jit(
-    fn: Callable[P, R] | None = None, /, **jit_kwargs: Any
+    fn: Callable[P, R], /, *, donate_state: bool = False, **jit_kwargs: Any
+) -> Callable[P, R]: ...
+@overload
+def jit(
+    fn: None = None, /, *, donate_state: bool = False, **jit_kwargs: Any
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def jit(
+    fn: Callable[P, R] | None = None, /, *, donate_state: bool = False, **jit_kwargs: Any
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
-    """``effax.handle(fn, transform=functools.partial(jax.jit, **jit_kwargs))``.
+    """``effax.handle(fn, transform=functools.partial(jax.jit, **jit_kwargs),
+    donate_state=donate_state)``.
 
     Usable as ``@effax.jit`` or ``@effax.jit(static_argnums=...)``. Like
     ``jax.jit(f)``, ``effax.jit(f)`` written inline (``effax.jit(f)(x)`` in a loop)
@@ -197,6 +226,6 @@ def jit(
 
     """
     if fn is None:
-        return lambda f: jit(f, **jit_kwargs)
+        return lambda f: jit(f, donate_state=donate_state, **jit_kwargs)
     transform = ft.partial(jax.jit, **jit_kwargs) if jit_kwargs else jax.jit
-    return handle(fn, transform=transform)
+    return handle(fn, transform=transform, donate_state=donate_state)

@@ -20,7 +20,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 import jax
 
 from . import _trace
-from ._errors import EffectTypeError
+from ._errors import EffectTypeError, EffectUsageError
 
 __all__ = [
     "Transform",
@@ -65,6 +65,8 @@ def apply_transform(
     fn: Callable[..., Any],
     out_shardings: Callable[[Any], Any],
     n_extra: int = 1,
+    *,
+    donate: Sequence[int] = (),
 ) -> Callable[..., Any]:
     """Apply `transform` to `wrapper(*extra, *args, **kwargs)`, which wraps `fn`.
 
@@ -75,7 +77,8 @@ def apply_transform(
     are adapted here: `static_argnums` and `donate_argnums` are shifted past the
     extra arguments, a tuple of `in_shardings` gets unspecified entries for them (so
     plumbed arrays keep their own shardings), and `out_shardings` is mapped by
-    `out_shardings(...)` onto the wrapper's outputs.
+    `out_shardings(...)` onto the wrapper's outputs. `donate` are extra arguments
+    to donate (``donate_argnums``); the transformation must then be ``jax.jit``.
     """
     try:
         sig = inspect.signature(fn)
@@ -109,6 +112,8 @@ def apply_transform(
         if keywords.get("out_shardings") is not None:
             keywords["out_shardings"] = out_shardings(keywords["out_shardings"])
         transform = ft.partial(transform.func, *transform.args, **keywords)
+    if donate:
+        transform = _donating(transform, donate)
     transformed = transform(wrapper)
     if not callable(transformed):
         raise EffectTypeError(
@@ -123,6 +128,23 @@ def check_callable(value: Any, argument: str) -> None:
         raise EffectTypeError(
             f"{argument} must be callable, but got {type(value).__name__}: {value!r}."
         )
+
+
+def _donating(transform: Transform, donate: Sequence[int]) -> Transform:
+    """`transform` (``jax.jit`` or a partial of it) also donating the arguments at
+    the positions `donate`."""
+    if transform is jax.jit:
+        transform = ft.partial(jax.jit)
+    if not isinstance(transform, ft.partial) or transform.func is not jax.jit:
+        raise EffectUsageError(
+            "donate_state=True donates the plumbed states' buffers to a jax.jit call, so "
+            f"the transformation must be jax.jit (or a partial of it), not {transform!r}."
+        )
+    keywords = dict(transform.keywords)
+    own = keywords.get("donate_argnums", ())
+    own = (own,) if isinstance(own, int) else tuple(own)
+    keywords["donate_argnums"] = (*own, *donate)
+    return ft.partial(jax.jit, *transform.args, **keywords)
 
 
 def _positional_count(fn: Callable[..., Any]) -> int:

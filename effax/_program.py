@@ -240,7 +240,39 @@ class Program:
         # generated warm paths, by (layout node, handler fields, depends on the stack)
         self.warm: dict[Any, _warmpath.Template] = {}
         self.abstract = function.abstract
+        # The shardings of the plumbed carries at the first call (None: let XLA
+        # choose), which the carries keep coming out with (`keep_shardings`).
+        self.carry_shardings: list[Any] | None = None
         self.fn = function.transformed(self)
+
+    def carry_positions(self) -> tuple[int, ...]:
+        """The positions of the carries among the plumbed inputs."""
+        positions, i = [], 0
+        for has_const, has_carry in self.slots:
+            i += has_const
+            if has_carry:
+                positions.append(i)
+            i += has_carry
+        return tuple(positions)
+
+    def note_shardings(self, flat: Sequence[Any]) -> None:
+        """Record the plumbed carries' shardings, once, before the first trace."""
+        if self.carry_shardings is None:
+            self.carry_shardings = [
+                jax.tree.map(_committed_sharding, flat[i]) for i in self.carry_positions()
+            ]
+
+    def keep_shardings(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """Inside a trace: constrain each carry that comes out to the sharding it
+        went in with (a state must not come back resharded by XLA's choice)."""
+        shardings = iter(self.carry_shardings or ())
+        kept = []
+        for (_, has_carry), outcome in zip(self.slots, outcomes, strict=True):
+            sharding = next(shardings, None) if has_carry else None
+            if sharding is not None and outcome.carry is not None:
+                outcome = outcome._replace(carry=_constrain(outcome.carry, sharding))
+            kept.append(outcome)
+        return kept
 
     def outputs(self, layout: Layout, outputs: list[Any]) -> tuple[Any, ...] | list[Any]:
         """What a trace with `layout` returns (the first layout seen is implied)."""
@@ -287,6 +319,31 @@ class Program:
         return self.outputs(tuple(layout), outputs)
 
 
+def _committed_sharding(x: Any) -> Any:
+    """`x`'s sharding if it was placed explicitly (a committed array), else None."""
+    if isinstance(x, jax.Array) and getattr(x, "committed", False):
+        return (x.sharding, x.shape)
+    return None
+
+
+def _constrain(carry: Any, shardings: Any) -> Any:
+    leaves, treedef = jax.tree.flatten(carry)
+    placed = jax.tree.leaves(shardings, is_leaf=lambda s: s is None or isinstance(s, tuple))
+    if len(placed) != len(leaves):
+        return carry
+    return jax.tree.unflatten(
+        treedef,
+        [
+            _place(x, s[0]) if s is not None and x.shape == s[1] else x
+            for x, s in zip(leaves, placed, strict=True)
+        ],
+    )
+
+
+def _place(x: Any, sharding: Any) -> Any:
+    return jax.lax.with_sharding_constraint(x, sharding)  # type: ignore[no-untyped-call]
+
+
 def _present(values: Any) -> bool:
     return values is not None and not (isinstance(values, (tuple, list)) and not values)
 
@@ -299,13 +356,19 @@ class Function:
     where it can, so that the cache does not keep `fn` alive."""
 
     def __init__(
-        self, fn: Callable[..., Any], transform: Transform, own: tuple[Handler[Any], ...]
+        self,
+        fn: Callable[..., Any],
+        transform: Transform,
+        own: tuple[Handler[Any], ...],
+        *,
+        donate_state: bool = False,
     ) -> None:
         try:
             self.fn_ref: Callable[[], Callable[..., Any] | None] = weakref.ref(fn)
         except TypeError:
             self.fn_ref = lambda: fn
         self.transform, self.abstract = _abstract(transform)
+        self.donate_state = donate_state
         self.own = own
         own_effects = {h.effect for h in own}
         # The outer effects the function looks up, in a fixed order (the plan's
@@ -371,6 +434,7 @@ class Function:
             outcomes = outcomes_of(
                 program.inner_plan, dynamic, inner, carry_required=False, where="a compiled call"
             )
+            outcomes = program.keep_shardings(outcomes)
             looked = [key[0] for key in program.plan if key[0] in used]
             looked += [e for e in used if e not in program.keyed]
             looked += [e for e in missing if e not in used]
@@ -381,7 +445,10 @@ class Function:
             return out, program.pack(outcomes)
 
         n = program.n_in
-        return apply_transform(self.transform, wrapper, self.target(), lambda o: (o, None), n)
+        donate = program.carry_positions() if self.donate_state else ()
+        return apply_transform(
+            self.transform, wrapper, self.target(), lambda o: (o, None), n, donate=donate
+        )
 
     @staticmethod
     def replay(

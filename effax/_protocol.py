@@ -320,6 +320,25 @@ class Handler(abc.ABC, Generic[E]):
         """Absorb the outcome of a batched region (values stacked per element)."""
         self.absorb(outcome, steps=1)
 
+    def snapshot(self) -> PyTree:
+        """What `effax.snapshot` saves of this handler: a pytree of arrays, or None
+        for a handler with nothing to resume (an `Ask`'s value, a collector).
+
+        Derived from `fields` unless overridden: the carry (a `State`'s value).
+        """
+        f = self.fields
+        if f is None:
+            _no_fields(self, "snapshot")
+        return None if f.carry is None else getattr(self, f.carry)
+
+    def restore(self, snapshot: PyTree) -> None:
+        """Write back what `snapshot` returned (checked by `effax.restore` to have
+        the structure, shapes and dtypes of the current one)."""
+        f = self.fields
+        if f is None or f.carry is None:
+            _no_fields(self, "restore")
+        setattr(self, f.carry, snapshot)
+
     def __enter__(self: H) -> H:
         check_home(self)
         _context.enter_block(self, (self,))

@@ -228,6 +228,17 @@ class KeyStream(Handler[RandomKey]):
             counter = jnp.asarray(counter, jnp.int32)
         return Outcome(static=self.drawn, carry=counter)
 
+    def snapshot(self) -> dict[str, Any]:
+        """The stream's position: its base key and how many keys it drew."""
+        counter = self.counter
+        if not isinstance(counter, int):  # traced back: an int32 with the uint32's bits
+            counter = int(np.asarray(counter).astype(np.uint32))
+        return {"base_key": self.base_key, "counter": np.int64(counter)}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        self.base_key = snapshot["base_key"]
+        self.counter = int(snapshot["counter"])
+
     def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
         if policy.keys == "shared":
             return self.export(), None

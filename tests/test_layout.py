@@ -12,7 +12,7 @@ LAYERS = [
     {"_protocol", "_effect"},
     {"_ask", "_state", "_random_key", "_emit"},
     {"_handlers", "_region", "_plumb", "_warmpath", "_uses", "_discrete"},
-    {"_program"},
+    {"_program", "_snapshot"},
     {"_explain"},
     {"_callpath"},
     {"_handle"},

@@ -1,0 +1,197 @@
+"""`snapshot` and `restore`: handlers' states as plain arrays, to save and resume.
+
+A training run keeps its state in handlers: parameters and optimizer state in
+`State` cells, its position in each key stream. `snapshot` reads them out as a
+dict keyed by effect name, holding only arrays (typed keys become their key data),
+so that `np.savez` or Orbax can save it; `restore` writes such a dict back into
+the handlers of a fresh run, checked first, so that the resumed run is bit for bit
+the run that was interrupted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _trace
+from ._errors import EffectTypeError, EffectUsageError, StateTypeError
+from ._handlers import Handlers
+from ._protocol import Handler
+
+__all__ = ["assert_processes_agree", "restore", "snapshot"]
+
+
+def snapshot(*handlers: Handler[Any] | Handlers) -> dict[str, Any]:
+    """The states of `handlers` (cells, key streams, or `effax.handlers` bundles)
+    as a pytree of plain arrays, keyed by effect name.
+
+    A `State` cell gives its value, a key stream ``{"base_key": <key data>,
+    "counter": int64}``; handlers with nothing to resume (an `Ask`'s provider, a
+    collector) are left out. Typed keys are saved as their key data
+    (``jax.random.key_data``), so `np.savez` and Orbax can save the result.
+
+    **Example:**
+
+    >>> import jax.numpy as jnp, numpy as np, effax
+    >>> weights = effax.State[jnp.ndarray]("weights")
+    >>> with effax.handlers(weights.init(jnp.ones(2)), effax.rng.seed(0)) as hs:
+    ...     _ = effax.rng.next_key()
+    ...     saved = effax.snapshot(hs)
+    >>> sorted(saved), int(saved["rng"]["counter"]), saved["rng"]["base_key"].dtype
+    (['rng', 'weights'], 1, dtype('uint32'))
+    >>> with effax.handlers(weights.init(jnp.zeros(2)), effax.rng.seed(1)) as fresh:
+    ...     effax.restore(saved, fresh)
+    ...     k = effax.rng.next_key()  # the key the first run would draw next
+    >>> bool((jax.random.key_data(k) == jax.random.key_data(
+    ...     jax.random.fold_in(jax.random.key(0), 1))).all()), fresh[weights].tolist()
+    (True, [1.0, 1.0])
+
+    """
+    return {h.effect.name: _plain(state) for h, state in _states(handlers)}
+
+
+def restore(snapshot: Mapping[str, Any], *handlers: Handler[Any] | Handlers) -> None:
+    """Write `snapshot` (from `effax.snapshot`, possibly saved and loaded) back into
+    `handlers`, in place.
+
+    Every entry is checked before anything is written: a missing name raises
+    `EffectUsageError`, an entry whose structure, shapes or dtypes differ from the
+    handler's current state raises `StateTypeError`; either way no handler
+    changes. Restored arrays are placed with the sharding of the values they
+    replace; typed keys are rebuilt with the implementation of the keys they
+    replace. Entries for effects not among `handlers` are ignored.
+    """
+    if not isinstance(snapshot, Mapping):
+        raise EffectTypeError(
+            f"effax.restore takes the dict effax.snapshot returned, not a "
+            f"{type(snapshot).__name__}."
+        )
+    writes = []
+    for handler, state in _states(handlers):
+        effect = handler.effect
+        if effect.name not in snapshot:
+            raise EffectUsageError(
+                f"The snapshot has no entry {effect.name!r} for {effect!r} (it has "
+                f"{sorted(snapshot)}). Snapshot the same handlers you restore, or pass "
+                "only the handlers whose state it holds."
+            )
+        saved = snapshot[effect.name]
+        if _signature(saved) != _signature(_plain(state)):
+            raise StateTypeError(
+                f"The snapshot of {effect!r} does not fit its handler: it holds "
+                f"{_describe(saved)}, the handler {_describe(_plain(state))}. Restore into "
+                "handlers initialised like the ones that were snapshotted (same structure, "
+                "shapes and dtypes)."
+            )
+        writes.append((handler, jax.tree.map(_like, saved, state)))
+    for handler, state in writes:
+        handler.restore(state)
+
+
+def assert_processes_agree(*handlers: Handler[Any] | Handlers) -> None:
+    """Check that every process holds the same state in `handlers` (after
+    ``jax.distributed.initialize``; nothing to check in one process).
+
+    A collective: every process must call it, with the same handlers. Raises
+    `EffectUsageError` naming the effect whose state differs, e.g. a key stream
+    seeded per process (``seed(100 + jax.process_index())``), which a compiled
+    call would otherwise treat as one replicated key. States spread over devices
+    of several processes (not fully addressable) hold one global value and are
+    not compared.
+    """
+    if _trace.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    saved = snapshot(*handlers)
+    for name in sorted(saved):  # the same order in every process
+        local = jax.tree.map(_host_local, saved[name])
+        try:
+            multihost_utils.assert_equal(local, fail_message=name)
+        except AssertionError:
+            raise EffectUsageError(
+                f"The handler of {name!r} holds different states in different processes "
+                f"(this is process {jax.process_index()}). Every process must install the "
+                "same handlers with the same values (e.g. seed every key stream with the "
+                "same key, and split it per device with effax.shard_map): a compiled "
+                "program treats differing values as one replicated value."
+            ) from None
+
+
+def _host_local(x: Any) -> Any:
+    """A leaf as this process sees it (a global array of several processes: a
+    placeholder, since it is one value)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return np.asarray(x.addressable_data(0)) if x.is_fully_replicated else np.zeros(())
+    return np.asarray(x)
+
+
+def _states(handlers: Iterable[Handler[Any] | Handlers]) -> list[tuple[Handler[Any], Any]]:
+    """The handlers with something to save, and their `snapshot()`; names checked."""
+    flat: list[Handler[Any]] = []
+    for item in handlers:
+        if isinstance(item, Handlers):
+            flat.extend(item.handler(effect) for effect in item)
+        elif isinstance(item, Handler):
+            flat.append(item)
+        else:
+            raise EffectTypeError(
+                "effax.snapshot / effax.restore take handlers or effax.handlers(...) "
+                f"bundles, but got {type(item).__name__}: {item!r}."
+            )
+    states = [(h, h.snapshot()) for h in flat]
+    states = [(h, s) for h, s in states if s is not None]
+    by_name: dict[str, Handler[Any]] = {}
+    for handler, _ in states:
+        other = by_name.setdefault(handler.effect.name, handler)
+        if other is not handler:
+            raise EffectUsageError(
+                f"{other.effect!r} and {handler.effect!r} share the name "
+                f"{handler.effect.name!r}, which keys a snapshot: give the effects "
+                "distinct names, or snapshot them separately."
+                if other.effect is not handler.effect
+                else f"{handler.effect!r} is handled twice among these handlers."
+            )
+    return states
+
+
+def _plain(tree: Any) -> Any:
+    """`tree` with typed keys as their key data and Python numbers as arrays."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.key_data(x)
+        if isinstance(x, (jax.Array, np.ndarray)):
+            return x
+        return np.asarray(x)
+
+    return jax.tree.map(leaf, tree)
+
+
+def _like(saved: Any, current: Any) -> Any:
+    """A saved leaf, as the kind of value it replaces."""
+    if isinstance(current, jax.Array):
+        if jnp.issubdtype(current.dtype, jax.dtypes.prng_key):
+            saved = jax.random.wrap_key_data(saved, impl=jax.random.key_impl(current))
+        return jax.device_put(saved, current.sharding)
+    if isinstance(current, np.ndarray | np.generic):
+        return np.asarray(saved, dtype=current.dtype).reshape(np.shape(current))[()]
+    return type(current)(np.asarray(saved).item())
+
+
+def _signature(tree: Any) -> Any:
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, [(tuple(np.shape(x)), np.dtype(x.dtype)) for x in map(_array, leaves)]
+
+
+def _array(x: Any) -> Any:
+    return x if hasattr(x, "dtype") else np.asarray(x)
+
+
+def _describe(tree: Any) -> str:
+    treedef, leaves = _signature(tree)
+    return f"{treedef} with leaves [{', '.join(f'{d.name}{list(s)}' for s, d in leaves)}]"
