@@ -87,6 +87,17 @@ def test_bench_first_call_quick(benchmarks_on_path):
     assert results["counts"] == {"effax": (1, 1), "hand": (1, 1)}
 
 
+def test_bench_donation_quick(benchmarks_on_path):
+    results = load("bench_donation").main(["--quick"])
+    check_rows(results["rows"], {"8"})
+    assert results["agree"]
+    memory = results["memory"]
+    if memory["effax"] is not None:  # the backend reports memory
+        # the parameters (4 x 512 x 512 float32) are aliased, as with donate_argnums
+        assert memory["effax"]["alias"] >= 4 * 512 * 512 * 4
+        assert memory["effax"]["peak"] <= memory["hand"]["peak"]
+
+
 def test_bench_eager_quick(benchmarks_on_path):
     results = load("bench_eager").main(["--quick"])
     check_rows(results["rows"], {"5"})

@@ -53,6 +53,15 @@ def test_mlp_regression_learns_and_saves_its_loss_curve(tmp_path, capsys):
     assert "traced 1 time(s)" in out
 
 
+def test_resume_training_resumes_bit_for_bit_from_an_orbax_checkpoint(tmp_path, capsys):
+    resume = load("resume_training")
+    result = resume.main(40, 15, out=tmp_path)
+    assert result["same"] and len(result["resumed"]) == 40
+    assert result["uninterrupted"][-1] < result["uninterrupted"][0]
+    assert (tmp_path / "checkpoint").is_dir()
+    assert "bit for bit: True" in capsys.readouterr().out
+
+
 def test_batchnorm_running_statistics_track_the_data():
     bn = load("batchnorm_equinox")
     result = bn.main(150)
@@ -97,5 +106,12 @@ def test_langevin_sampler_matches_the_target_moments():
 
 
 def test_every_example_is_tested():
-    tested = {"counter", "mlp_regression", "batchnorm_equinox", "sharded_step", "langevin"}
+    tested = {
+        "counter",
+        "mlp_regression",
+        "batchnorm_equinox",
+        "sharded_step",
+        "langevin",
+        "resume_training",
+    }
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
