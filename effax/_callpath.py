@@ -24,21 +24,10 @@ from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from . import _context, _trace, _warmpath
 from ._effect import Effect
+from ._environment import Plan, Resolved, flat_inputs, plumbed_keys, resolve
 from ._errors import EffectUsageError
 from ._explain import explain
-from ._program import (
-    LOCK,
-    PENDING,
-    Function,
-    Pending,
-    Plan,
-    Program,
-    Resolved,
-    Retrace,
-    flat_inputs,
-    plumbed_keys,
-    resolve,
-)
+from ._program import LOCK, PENDING, Function, Pending, Program, Retrace
 from ._protocol import Handler
 from ._region import (
     absorb_all,

@@ -14,8 +14,8 @@ import re
 import jax
 
 from ._ask import Ask
+from ._environment import Plan, Resolved, plumbed_keys, slots
 from ._errors import EffectTypeError
-from ._program import Plan, Resolved, plumbed_keys, slots
 from ._protocol import Fields
 from ._region import unplumbable
 

@@ -166,6 +166,7 @@ def handle(
     handled = Handled(fn, handlers, function)
     entry: Callable[..., Any] = handled.entry
     if function is not None:
+        entry.__dict__ = _Attributes(entry.__dict__)
         entry.trace = lambda *args, **kwargs: handled.stage(args, kwargs)  # type: ignore[attr-defined]
         entry.lower = lambda *args, **kwargs: handled.stage(args, kwargs).lower()  # type: ignore[attr-defined]
     if kind == "a coroutine":
@@ -182,6 +183,22 @@ def handle(
         own = {h.effect for h in handlers}
         entry.__effax_row__ = tuple(e for e in declared if e not in own)  # type: ignore[attr-defined]
     return cast("Callable[P, R]", entry)
+
+
+class _Attributes(dict[str, Any]):
+    """The `__dict__` of a compiled handled function: its `trace` and `lower` are
+    its own, so `functools.update_wrapper` (which ``jax.jit(entry)`` applies,
+    copying the wrapped function's attributes) does not copy them: ``jax.jit``
+    would take them for its own methods, and ``jax.make_jaxpr`` / ``jax.eval_shape``
+    of the handled function would stage effax's program instead of tracing it."""
+
+    _OWN = frozenset({"trace", "lower"})
+
+    def keys(self) -> Any:
+        return [key for key in dict.keys(self) if key not in self._OWN]
+
+    def __iter__(self) -> Any:
+        return iter(self.keys())
 
 
 def _suspending(fn: Callable[..., Any]) -> str | None:

@@ -93,6 +93,9 @@ def apply_transform(
     # JAX names the function it traces (in its errors) after what `__wrapped__`
     # leads to: `fn`'s name and code, without holding `fn` (a compiled program
     # must not keep its function alive).
+    name = getattr(fn, "__name__", None)
+    if isinstance(name, str):  # also the name of the lowered module (`jit_<name>`)
+        wrapper.__name__ = wrapper.__qualname__ = name
     code = getattr(inspect.unwrap(fn), "__code__", None)
     if code is not None:
         name = getattr(fn, "__name__", code.co_name)

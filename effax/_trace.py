@@ -38,6 +38,7 @@ __all__ = [
     "custom_rule_traced",
     "foreign_tracers",
     "innermost_staging_api",
+    "is_tracer",
     "jit_factory_options",
     "output_program",
     "process_count",
@@ -311,6 +312,11 @@ def output_program(closed_jaxpr: Any, index: int) -> tuple[Any, Callable[..., An
         return _core.eval_jaxpr(pruned, (), *read, *args)[0]
 
     return key, evaluate, list(used_inputs[n:])
+
+
+def is_tracer(value: Any) -> bool:
+    """Whether `value` is a tracer (an abstract value of a trace in progress)."""
+    return isinstance(value, _Tracer)
 
 
 def process_count() -> int:
