@@ -1,4 +1,4 @@
-"""Case 8: a training step with donated state, effax against hand-plumbed ``jax.jit``.
+"""Case 10: a training step with donated state, effax against hand-plumbed ``jax.jit``.
 
 Run: python benchmarks/bench_donation.py [--quick]
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     agree = h.same_bits(cell.value, hand_params[0])
     rows = [
         h.row(
-            "8",
+            "10",
             "effax.jit(donate_state=True) step",
             h.median(samples["effax"]),
             unit="us/step",
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if effax_memory is not None and hand_memory is not None:
         rows.append(
             h.row(
-                "8",
+                "10",
                 "effax.jit(donate_state=True) peak memory",
                 effax_memory["peak"] / 2**20,
                 unit="MiB",
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 notes=f"aliased: effax {effax_memory['alias']}, hand {hand_memory['alias']} bytes",
             )
         )
-    h.print_rows("case 8: donated training step (median us; ratio paired)", rows)
+    h.print_rows("case 10: donated training step (median us; ratio paired)", rows)
     results = {"rows": rows, "agree": agree, "memory": {"effax": effax_memory, "hand": hand_memory}}
     if not agree:
         raise AssertionError("effax and the hand-plumbed step disagree")

@@ -1,6 +1,6 @@
 """The effax benchmark suite: every case, side by side, in one run.
 
-Run: python benchmarks/run.py [--quick] [--out DIR] [--cases 1-3 4 5 6 7 8]
+Run: python benchmarks/run.py [--quick] [--out DIR] [--cases 1-3 4 5 6 7 8-9 10]
 
 Cases (see each module's docstring):
 
@@ -13,7 +13,10 @@ Cases (see each module's docstring):
   NNX, Haiku, Equinox and NumPyro (the peers are optional: ``effax[bench]``).
 - 7 ``bench_first_call.py``: the first call (trace, lower, compile, run) of a
   compiled step with 100 unrelated handlers installed.
-- 8 ``bench_donation.py``: a training step with donated state (``donate_state``)
+- 8-9 ``bench_keys.py``: key draws in compiled code: a Metropolis-Hastings chain
+  (one chain, 64 chains) against the hand-written kernel splitting its key per
+  step; trace time of 200 key draws among 1,000 operations.
+- 10 ``bench_donation.py``: a training step with donated state (``donate_state``)
   against the hand-plumbed donated step: time per step and compiled peak memory.
 
 Prints a table of medians and ratios (contender / baseline, lower is better) and
@@ -43,6 +46,7 @@ import bench_dispatch
 import bench_donation
 import bench_eager
 import bench_first_call
+import bench_keys
 import bench_peers
 import jax
 
@@ -54,7 +58,8 @@ CASES: dict[str, tuple[str, Callable[[list[str]], dict[str, Any]]]] = {
     "5": ("eager", bench_eager.main),
     "6": ("peers", bench_peers.main),
     "7": ("first_call", bench_first_call.main),
-    "8": ("donation", bench_donation.main),
+    "8-9": ("keys", bench_keys.main),
+    "10": ("donation", bench_donation.main),
 }
 
 

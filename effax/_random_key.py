@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _threefry
 from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
@@ -203,7 +204,7 @@ class KeyStream(Handler[RandomKey]):
         counter = self.counter
         if isinstance(counter, int) and counter >= _INT32_END:
             counter = _checked(self.effect, counter)
-        key = jax.random.fold_in(self.base_key, counter)
+        key = _threefry.fold_in(self.base_key, counter)
         self.offset += 1
         return key
 
@@ -211,7 +212,7 @@ class KeyStream(Handler[RandomKey]):
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> KeyStream:
         split = static is not None
         if split:  # split across the named axes of a batched region
-            const = jax.random.fold_in(const, jax.lax.axis_index(static))
+            const = _threefry.fold_in(const, jax.lax.axis_index(static))
         if isinstance(carry, int):
             return cls(effect, const, offset=carry, start=carry, split=split)
         return cls(effect, const, dynamic=carry, split=split)
@@ -243,7 +244,7 @@ class KeyStream(Handler[RandomKey]):
         if policy.keys == "shared":
             return self.export(), None
         # One key of this stream seeds every element: element b folds in its index.
-        key = jax.random.fold_in(self.base_key, self.counter)
+        key = _threefry.fold_in(self.base_key, self.counter)
         return Export(static=policy.axis_names, const=key, carry=0), None
 
     def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:

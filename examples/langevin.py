@@ -52,6 +52,8 @@ batch_log_proposal = jax.vmap(log_proposal, in_axes=(0, 0, None))
 def mala_step(x: jax.Array, _: Any = None) -> tuple[jax.Array, jax.Array]:
     """One MALA transition for a batch of chains `x` of shape (chains, dim)."""
     eps = step_size.ask()
+    # draw keys where they are needed: inside the compiled loop each draw is a
+    # fused fold_in of the stream's counter (no threefry call of its own)
     noise = fx.random.normal(x.shape, stream=mcmc)
     proposal = x + 0.5 * eps**2 * batch_grad_log_density(x) + eps * noise
     log_ratio = (

@@ -89,13 +89,22 @@ def test_bench_first_call_quick(benchmarks_on_path):
 
 def test_bench_donation_quick(benchmarks_on_path):
     results = load("bench_donation").main(["--quick"])
-    check_rows(results["rows"], {"8"})
+    check_rows(results["rows"], {"10"})
     assert results["agree"]
     memory = results["memory"]
     if memory["effax"] is not None:  # the backend reports memory
         # the parameters (4 x 512 x 512 float32) are aliased, as with donate_argnums
         assert memory["effax"]["alias"] >= 4 * 512 * 512 * 4
         assert memory["effax"]["peak"] <= memory["hand"]["peak"]
+
+
+def test_bench_keys_quick(benchmarks_on_path):
+    results = load("bench_keys").main(["--quick"])
+    check_rows(results["rows"], {"8", "9"})
+    assert results["agree"]  # compiled draws are fold_in(base, c + i*k + j), bitwise
+    calls = [r["notes"] for r in results["rows"] if r["case"] == "8"]
+    # one threefry hash fewer per step than the kernel that splits its key
+    assert calls == ["threefry calls per step: effax 2, hand 3"] * 2
 
 
 def test_bench_eager_quick(benchmarks_on_path):

@@ -8,7 +8,7 @@ EFFAX = pathlib.Path(__file__).parent.parent / "effax"
 
 LAYERS = [
     {"_trace", "_errors"},
-    {"_context"},
+    {"_context", "_threefry"},
     {"_protocol", "_effect"},
     {"_ask", "_state", "_random_key", "_emit"},
     {"_handlers", "_region", "_plumb", "_warmpath", "_uses", "_discrete"},
