@@ -34,7 +34,8 @@ def fold_in(key: jax.Array, data: int | jax.Array) -> jax.Array:
     for threefry keys (typed, or raw ``uint32[2]`` of the default threefry)."""
     if not (_trace.is_tracer(key) or _trace.is_tracer(data)) or not _is_threefry(key):
         return jax.random.fold_in(key, data)
-    return _fused(key, jnp.asarray(data).astype(jnp.uint32))  # type: ignore[no-any-return]
+    folded: jax.Array = _fused(key, jnp.asarray(data).astype(jnp.uint32))
+    return folded
 
 
 @jax.jit
@@ -45,7 +46,8 @@ def _fused(key: jax.Array, data: jax.Array) -> jax.Array:
     bits = jax.random.key_data(key) if typed else key
     folded = _hash(bits[..., 0], bits[..., 1], data)
     if typed:
-        return jax.random.wrap_key_data(folded, impl=jax.random.key_impl(key))  # type: ignore[no-any-return]
+        wrapped: jax.Array = jax.random.wrap_key_data(folded, impl=jax.random.key_impl(key))
+        return wrapped
     return folded
 
 
