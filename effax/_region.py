@@ -97,10 +97,10 @@ def outer_handlers(
 _INPUT_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
 
 
-def _uncompilable_leaf(export: Export) -> Any:
-    """A leaf of `export`'s const or carry that cannot be an input of a traced
-    region (not an array or a Python number), or None."""
-    for leaf in jax.tree.leaves((export.const, export.carry)):
+def _uncompilable_leaf(tree: Any) -> Any:
+    """A leaf of `tree` that cannot cross a traced region's boundary (not an array
+    or a Python number), or None."""
+    for leaf in jax.tree.leaves(tree):
         if not isinstance(leaf, _INPUT_TYPES):
             return leaf
     return None
@@ -110,7 +110,7 @@ def unplumbable(effect: Effect[Any], export: Export, where: str, *, keyed: bool)
     """Why `effect`'s handler, exporting `export`, cannot be plumbed into `where`
     (a message), or None. With `keyed`, its static export must also be hashable
     (it is part of a compilation cache key)."""
-    leaf = _uncompilable_leaf(export)
+    leaf = _uncompilable_leaf((export.const, export.carry))
     if leaf is not None:
         return uncompilable_message(effect, leaf, where)
     if keyed:
@@ -265,16 +265,15 @@ def outcomes_of(
     results = []
     for (effect, _, _), (_, carry), handler in zip(plan, dynamic, inner, strict=True):
         result = handler.outcome(carry_required=carry_required)
-        if where is not None:
-            for leaf in jax.tree.leaves((result.carry, result.values)):
-                if not isinstance(leaf, _INPUT_TYPES):
-                    raise EffectTypeError(
-                        f"{effect!r} was given a {type(leaf).__name__} inside {where}, which "
-                        "cannot leave it: what a traced function or loop body sends out "
-                        "through its handlers (a State's new value, emitted values) must be "
-                        f"arrays or Python numbers. Convert it to an array, or perform "
-                        f"{effect!r} outside {where}."
-                    )
+        leaf = None if where is None else _uncompilable_leaf((result.carry, result.values))
+        if leaf is not None:
+            raise EffectTypeError(
+                f"{effect!r} was given a {type(leaf).__name__} inside {where}, which "
+                "cannot leave it: what a traced function or loop body sends out "
+                "through its handlers (a State's new value, emitted values) must be "
+                f"arrays or Python numbers. Convert it to an array, or perform "
+                f"{effect!r} outside {where}."
+            )
         check_carry(effect, carry, result.carry)
         results.append(result)
     return results

@@ -114,7 +114,7 @@ def _lineage() -> Iterator[Trace]:
     trace = _trace_ctx.trace
     callers: Iterator[Trace] | None = None
     while trace is not None:
-        if isinstance(trace, _Staging) and _traces_custom_rule(trace):
+        if _custom_rule(trace) is not None:
             callers = _custom_callers() if callers is None else callers
             trace = next(callers, None)
             continue
@@ -175,17 +175,23 @@ _CUSTOM_CALLS: Final = frozenset({"custom_jvp_call", "custom_vjp_call"})
 _BIND_CODE: Final = _core.Primitive.bind.__code__
 
 
-def _traces_custom_rule(trace: Trace) -> bool:
+def _custom_rule(trace: Trace) -> str | None:
+    """What `trace` traces if it is a custom derivative's function or rule (e.g.
+    ``"custom_jvp jvp"``), else None."""
+    if not isinstance(trace, _Staging):
+        return None
     info = getattr(getattr(trace, "frame", None), "debug_info", None)
-    return str(getattr(info, "traced_for", "")).startswith(_CUSTOM_RULES)
+    traced_for = str(getattr(info, "traced_for", ""))
+    return traced_for if traced_for.startswith(_CUSTOM_RULES) else None
 
 
 def custom_rule_traced() -> str | None:
     """What JAX is tracing if the current trace is (inside) a custom derivative's
     function or rule, e.g. ``"custom_jvp jvp"``; otherwise None. For messages."""
     for trace in _ancestors(_trace_ctx.trace):
-        if isinstance(trace, _Staging) and _traces_custom_rule(trace):
-            return str(getattr(trace.frame.debug_info, "traced_for", ""))
+        rule = _custom_rule(trace)
+        if rule is not None:
+            return rule
     return None
 
 
