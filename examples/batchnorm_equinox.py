@@ -1,11 +1,16 @@
-"""A BatchNorm layer as an Equinox module whose running statistics live in `effax.State`.
+"""Equinox modules whose submodules perform effects, compiled with `eqx.filter_jit`.
 
-The stateful-nodes recipe: each stateful layer declares its own `State` effect when
-it is built and keeps it as a static field. The module stays an ordinary Equinox
-pytree of parameters (so `eqx.filter_value_and_grad` and optax see only
-parameters); its running statistics are read and updated through the effect, and
-the program entry installs one cell per layer (`stat_cells(model)`). Whether the
-layer normalises with batch or running statistics is a static `Ask[bool]`.
+Two layers of the model perform effects. `BatchNorm` keeps its running statistics
+in an `effax.State` (the stateful-nodes recipe: each stateful layer declares its
+own `State` effect when it is built and keeps it as a static field; the program
+entry installs one cell per layer, `stat_cells(model)`). `Dropout` draws its masks
+from an `effax.RandomKey`. Whether the model trains (batch statistics, dropout on)
+or evaluates is a static `Ask[bool]`. The model stays an ordinary Equinox pytree of
+parameters — `eqx.filter_value_and_grad` and optax see only parameters — and it
+holds a non-array leaf (an `eqx.nn.Lambda` of `jax.nn.tanh`), so it is compiled
+with `effax.handle(fn, transform=eqx.filter_jit)`: Equinox splits the module into
+arrays (traced) and everything else (static), effax plumbs the effects' values
+across the same boundary.
 
 The model is trained on inputs far from zero mean and unit variance, then evaluated
 with the running statistics, which by then match the data's mean and variance.
@@ -29,6 +34,7 @@ import effax as fx
 Stats = tuple[jax.Array, jax.Array]  # running mean, running variance
 
 training = fx.Ask[bool]("training", static=True)
+dropout_key = fx.RandomKey("dropout")
 
 DATA_MEAN = jnp.array([5.0, -3.0])
 DATA_STD = jnp.array([2.0, 0.5])
@@ -66,19 +72,35 @@ class BatchNorm(eqx.Module):
         return (x - mean[None, :]) * scale[None, :] + self.bias[None, :]
 
 
+class Dropout(eqx.Module):
+    """Inverted dropout while training; its masks come from the `dropout` key stream."""
+
+    rate: float = eqx.field(static=True)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if not training.ask():
+            return x
+        keep = jax.random.bernoulli(dropout_key.next_key(), 1.0 - self.rate, x.shape)
+        return jnp.where(keep, x / (1.0 - self.rate), 0.0)
+
+
 class Model(eqx.Module):
     norm: BatchNorm
     hidden: eqx.nn.Linear
+    activation: eqx.nn.Lambda  # a function: not an array, static under filter_jit
+    dropout: Dropout
     out: eqx.nn.Linear
 
-    def __init__(self, key: jax.Array):
+    def __init__(self, key: jax.Array, *, rate: float = 0.1):
         k1, k2 = jax.random.split(key)
         self.norm = BatchNorm(2, "norm.stats")
         self.hidden = eqx.nn.Linear(2, 32, key=k1)
+        self.activation = eqx.nn.Lambda(jax.nn.tanh)
+        self.dropout = Dropout(rate)
         self.out = eqx.nn.Linear(32, 1, key=k2)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = jax.nn.tanh(jax.vmap(self.hidden)(self.norm(x)))
+        h = self.dropout(self.activation(jax.vmap(self.hidden)(self.norm(x))))
         return jax.vmap(self.out)(h)[:, 0]
 
 
@@ -100,19 +122,24 @@ def batches(key: jax.Array, n: int, size: int) -> tuple[jax.Array, jax.Array]:
 
 
 optimizer = optax.adam(5e-3)
+traces: list[int] = []  # one entry per trace of the training step
 
 
-@fx.jit
-def train_step(model: Model, state: optax.OptState, x: jax.Array, y: jax.Array) -> Any:
+def _train_step(model: Model, state: optax.OptState, x: jax.Array, y: jax.Array) -> Any:
+    traces.append(1)
     loss_fn = lambda m: jnp.mean((m(x) - y) ** 2)
     loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
-    updates, state = optimizer.update(grads, state, model)
+    updates, state = optimizer.update(grads, state, eqx.filter(model, eqx.is_array))
     return eqx.apply_updates(model, updates), state, loss
 
 
-@fx.jit
-def evaluate(model: Model, x: jax.Array, y: jax.Array) -> jax.Array:
+def _evaluate(model: Model, x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.mean((model(x) - y) ** 2)
+
+
+# `fx.jit` (= transform=jax.jit) would refuse the model: its Lambda is not an array.
+train_step = fx.handle(_train_step, transform=eqx.filter_jit)
+evaluate = fx.handle(_evaluate, transform=eqx.filter_jit)
 
 
 def fmt(x: jax.Array) -> str:
@@ -129,7 +156,7 @@ def main(steps: int = 600, *, seed: int = 0) -> dict[str, Any]:
     cells = stat_cells(model)
 
     losses = []
-    with fx.handlers(*cells):
+    with fx.handlers(*cells, dropout_key.seed(seed)) as hs:
         with training.provide(False):
             test_before = float(evaluate(model, x_test, y_test))
         with training.provide(True):
@@ -153,6 +180,7 @@ def main(steps: int = 600, *, seed: int = 0) -> dict[str, Any]:
     print(f"running mean {fmt(mean)}, variance {fmt(var)}")
     print(f"test mse with running statistics: {test_before:.4f} -> {test_after:.4f}")
     print(f"test mse with the test batch's own statistics: {test_batch_stats:.4f}")
+    print(f"{int(hs[dropout_key].counter)} dropout masks drawn; traced {len(traces)} time(s)")
     return {
         "losses": losses,
         "running_mean": mean,
@@ -160,6 +188,8 @@ def main(steps: int = 600, *, seed: int = 0) -> dict[str, Any]:
         "test_before": test_before,
         "test_after": test_after,
         "test_batch_stats": test_batch_stats,
+        "keys_drawn": int(hs[dropout_key].counter),
+        "traces": len(traces),
     }
 
 

@@ -72,6 +72,9 @@ def test_batchnorm_running_statistics_track_the_data():
     assert result["test_after"] < result["test_before"] / 3
     # evaluating with running statistics is about as good as with the test batch's own
     assert abs(result["test_after"] - result["test_batch_stats"]) < 0.1
+    # one dropout mask per training step, one for the evaluation with batch statistics
+    assert result["keys_drawn"] == 150 + 1
+    assert result["traces"] == 1  # eqx.filter_jit compiled the step once
 
 
 def test_sharded_step_splits_the_batch_and_matches_one_device():
