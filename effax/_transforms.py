@@ -8,8 +8,8 @@ advances and emitted values come out alongside.
 
 from __future__ import annotations
 
+import contextvars
 import functools as ft
-import itertools
 import re
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -28,7 +28,11 @@ __all__ = ["checkpoint", "grad", "shard_map", "value_and_grad", "vmap"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_fresh_axis = itertools.count()
+# How many effax.vmap calls enclose this point of the program: an unnamed effax.vmap
+# names its axis by its depth, so nested ones differ while the same vmap called again
+# keeps its name (JAX caches batched programs by axis name; a fresh name per call
+# would compile every jitted operation inside anew on every eager call).
+_vmap_depth = contextvars.ContextVar[int]("effax_vmap_depth", default=0)
 # PartitionSpec's constructor is untyped on some supported JAX versions.
 _spec: Callable[..., Any] = PartitionSpec
 
@@ -240,12 +244,13 @@ def vmap(
     (True, 1)
 
     """
-    name = axis_name if axis_name is not None else f"effax_vmap_{next(_fresh_axis)}"
-    policy = _policy("effax.vmap", keys, state, (name,))
+    _policy("effax.vmap", keys, state, ())  # options checked when the wrapper is made
 
     @ft.wraps(fun)
     def batched(*args: Any) -> Any:
-        region = Region(fun, policy, name="effax.vmap")
+        depth = _vmap_depth.get()
+        name = axis_name if axis_name is not None else f"effax_vmap_{depth}"
+        region = Region(fun, _policy("effax.vmap", keys, state, (name,)), name="effax.vmap")
 
         def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
             axes = in_axes if isinstance(in_axes, (list, tuple)) else (in_axes,) * len(args)
@@ -258,7 +263,13 @@ def vmap(
                 spmd_axis_name=spmd_axis_name,
             )
 
-        return _batched(region, fun, transform, wrapper_name="effax.vmap", check_shared=True)(*args)
+        token = _vmap_depth.set(depth + 1)
+        try:
+            return _batched(region, fun, transform, wrapper_name="effax.vmap", check_shared=True)(
+                *args
+            )
+        finally:
+            _vmap_depth.reset(token)
 
     return batched  # type: ignore[return-value]
 

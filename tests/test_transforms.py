@@ -245,3 +245,34 @@ def test_checkpoint_static_argnums_refer_to_fn():
     with handlers():
         assert float(g(2.0, 3)) == 24.0
         assert float(fx.grad(g)(2.0, 2)) == 12.0
+
+
+@pytest.mark.uses_jit_cache
+def test_an_unnamed_vmap_called_again_eagerly_reuses_jaxs_compiled_programs():
+    # JAX caches batched programs by axis name: effax names an unnamed axis by its
+    # nesting depth, so a second call (a fresh wrapper, as inline code makes) hits
+    # the cache, while nested vmaps still get distinct names.
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    inner = jax.jit(lambda x: jnp.sin(x) * 2.0)
+    xs = jnp.arange(3.0)
+    try:
+        with fx.rng.seed(0):
+            counts = []
+            for _ in range(3):
+                fx.vmap(lambda x: inner(x) + fx.random.normal())(xs)
+                counts.append(len(compiles))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert counts[0] > 0 and counts[2] == counts[1] == counts[0]  # nothing compiled again
+
+    def innermost(x):
+        return x + jax.lax.axis_index("effax_vmap_0") * 10 + jax.lax.axis_index("effax_vmap_1")
+
+    out = fx.vmap(fx.vmap(innermost))(jnp.zeros((2, 3)))
+    np.testing.assert_array_equal(out, [[0, 1, 2], [10, 11, 12]])
