@@ -9,8 +9,9 @@ Cases (see each module's docstring):
   handlers installed around the call).
 - 4 ``bench_compile.py``: trace + lower + compile of 1,000 effect operations.
 - 5 ``bench_eager.py``: eager ``ask``, ``get``/``set``, ``next_key``, ``emit``.
-- 6 ``bench_peers.py``: one small model trained in effax, hand-plumbed JAX, Flax
-  NNX, Haiku, Equinox and NumPyro (the peers are optional: ``effax[bench]``).
+- 6 ``bench_peers.py``: two small models (an MLP, a CNN) trained in effax,
+  hand-plumbed JAX, Flax NNX, Haiku, Equinox and NumPyro (the peers are optional:
+  ``effax[bench]``).
 - 7 ``bench_first_call.py``: the first call (trace, lower, compile, run) of a
   compiled step with 100 unrelated handlers installed.
 - 8-9 ``bench_keys.py``: key draws in compiled code: a Metropolis-Hastings chain
@@ -210,7 +211,8 @@ def chart(results: dict[str, Any], path: pathlib.Path) -> str | None:
             [r["value"] for r in peers],
             color=["tab:blue" if r["contender"].startswith("effax") else "tab:gray" for r in peers],
         )
-    ax3.set_xlabel("us per training step (median)")
+        ax3.set_xscale("log")  # the CNN's steps take tens of times the MLP's
+    ax3.set_xlabel("us per training step (median, log)")
     ax3.set_title("case 6: one training step")
     for ax in axes:
         ax.tick_params(axis="y", labelsize=8)

@@ -115,18 +115,27 @@ def test_bench_eager_quick(benchmarks_on_path):
     assert {"RandomKey.next_key (eager)", "Emit.emit (eager)"} <= names
 
 
+@pytest.mark.uses_jit_cache  # compiles a training step per library and model
 def test_bench_peers_quick(benchmarks_on_path):
     module = load("bench_peers")
     results = module.main(["--quick"])
     check_rows(results["rows"], {"6"})
     measured = {r["contender"] for r in results["rows"] if not math.isnan(r["value"])}
-    # effax and the hand-plumbed step always run; a peer runs or says why not
-    assert {module.EFFAX, module.HAND} <= measured
-    assert measured | set(results["skipped"]) == set(module.LIBRARIES)
+    # every library trains every model (the CNN's rows suffixed): it runs or says why not
+    assert measured | set(results["skipped"]) == set(module.CONTENDERS)
     assert all(reason for reason in results["skipped"].values())
-    for name in (module.EFFAX, module.HAND):
-        assert results["agreement"][name]["dropout_bitwise"]
-        assert results["agreement"][name]["no_dropout_bitwise"]
+    assert set(results["fastest"]) == {"MLP", "CNN"}
+    for model in (module.MLP, module.CNN):
+        # effax and the hand-plumbed step always run, and agree bit for bit
+        for library in (module.EFFAX, module.HAND):
+            name = module.contender(library, model)
+            assert name in measured
+            assert results["agreement"][name]["dropout_bitwise"]
+            assert results["agreement"][name]["no_dropout_bitwise"]
+        hand = module.contender(module.HAND, model)
+        ratios = [r for r in results["rows"] if module.CONTENDERS[r["contender"]][1] is model]
+        ratios = [r for r in ratios if r["contender"] in measured and r["contender"] != hand]
+        assert ratios and all(r["baseline"] == hand for r in ratios)
     for name in measured:
         assert results["agreement"][name]["agrees"], (name, results["agreement"][name])
 

@@ -117,4 +117,6 @@ def test_every_example_is_tested():
         "langevin",
         "resume_training",
     }
+    # tested in files of their own, with the library each one is ported from
+    tested |= {"flax_nnx_cnn", "svi", "metropolis"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
