@@ -123,8 +123,11 @@ def save_curve(losses: list[float], path: pathlib.Path) -> None:
     plt.close(fig)
 
 
+OUT = pathlib.Path(__file__).parent / "out"  # gitignored
+
+
 def main(
-    steps: int = 1500, *, png: str | pathlib.Path = "loss_curve.png", seed: int = 0
+    steps: int = 1500, *, png: str | pathlib.Path = OUT / "loss_curve.png", seed: int = 0
 ) -> dict[str, Any]:
     key_data, key_params = jax.random.split(jax.random.key(seed))
     x, y = make_data(key_data, 256)
@@ -163,6 +166,7 @@ def main(
 
     losses = [float(v) for v in hs[loss_log]]
     path = pathlib.Path(png)
+    path.parent.mkdir(parents=True, exist_ok=True)
     save_curve(losses, path)
     print(f"test mse {test_before:.4f} -> {test_after:.4f}; traced {len(traces)} time(s)")
     print(f"dropout keys drawn: {drawn}; loss curve saved to {path}")
@@ -179,6 +183,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a short run (200 steps)")
     parser.add_argument("--steps", type=int, default=None, help="training steps")
-    parser.add_argument("--png", default="loss_curve.png", help="where to save the loss curve")
+    parser.add_argument("--png", default=OUT / "loss_curve.png", help="where to save the curve")
     args = parser.parse_args()
     main(args.steps or (200 if args.quick else 1500), png=args.png)
