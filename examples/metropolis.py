@@ -18,12 +18,8 @@ Run: python examples/metropolis.py [--quick]
 from __future__ import annotations
 
 import argparse
-import ast
 import functools as ft
-import pathlib
-import time
 from collections import namedtuple
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -32,6 +28,7 @@ import jax.random as jr
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from _porting import lines_of_code, timed
 from jax import lax
 from numpyro.infer import MCMC
 
@@ -146,34 +143,6 @@ def original_compiled(state: MHState, num_warmup: int, num_samples: int) -> jax.
     return jax.vmap(chain)(state)
 
 
-def timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
-    """`fn(*args)` and the seconds it took, waiting for the result."""
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    return out, time.perf_counter() - start
-
-
-def lines_of_code(path: str | pathlib.Path = __file__) -> dict[str, int]:
-    """Lines of code in each `# --- title` section of `path`: no blanks, comments, docstrings."""
-    source = pathlib.Path(path).read_text()
-    docstrings = {
-        line
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.FunctionDef) and ast.get_docstring(node) is not None
-        for line in range(node.body[0].lineno, node.body[0].end_lineno + 1)  # type: ignore[operator]
-    }
-    counts: dict[str, int] = {}
-    section = "header"
-    for number, line in enumerate(source.splitlines(), start=1):
-        text = line.strip()
-        if text.startswith("# ---"):
-            section = text.strip("# -")
-            counts[section] = 0
-        elif section != "header" and text and not text.startswith("#") and number not in docstrings:
-            counts[section] += 1
-    return counts
-
-
 def print_table(lines: dict[str, int], port_rate: float, original_rate: float) -> None:
     """Lines of code per section and steps per second, port against original."""
     rows = [(k[6:], n, lines[f"original: {k[6:]}"]) for k, n in lines.items() if k[:5] == "port:"]
@@ -234,7 +203,7 @@ def main(
     print(f"target            mean {TARGET_MEAN}  variance {TARGET_VAR}")
     for name, (mean, var) in results.items():
         print(f"{name + ' samples':17} mean {np.round(mean, 3)}  variance {np.round(var, 3)}")
-    lines = lines_of_code()
+    lines = lines_of_code(__file__)
     print_table(lines, steps / port_seconds, steps / original_seconds)
     print(f"{'first run, seconds (with compile)':34}{port_first:11.2f}{original_first:9.2f}")
     close, exact = check_transparency()

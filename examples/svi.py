@@ -24,10 +24,7 @@ Run: python examples/svi.py [--quick]
 from __future__ import annotations
 
 import argparse
-import ast
 import functools as ft
-import pathlib
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +34,7 @@ import jax.random as jr
 import numpyro
 import numpyro.distributions as dist
 import optax
+from _porting import lines_of_code, timed
 from numpyro import optim
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.util import fori_loop
@@ -182,34 +180,6 @@ def original(data: jax.Array, steps: int, seed: int) -> tuple[dict[str, jax.Arra
 # --- comparing them ----------------------------------------------------------------
 
 
-def timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
-    """`fn(*args)` and the seconds it took, waiting for the result."""
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    return out, time.perf_counter() - start
-
-
-def lines_of_code(path: str | pathlib.Path = __file__) -> dict[str, int]:
-    """Lines of code in each `# --- title` section of `path`: no blanks, comments, docstrings."""
-    source = pathlib.Path(path).read_text()
-    docstrings = {
-        line
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.FunctionDef) and ast.get_docstring(node) is not None
-        for line in range(node.body[0].lineno, node.body[0].end_lineno + 1)  # type: ignore[operator]
-    }
-    counts: dict[str, int] = {}
-    section = "header"
-    for number, line in enumerate(source.splitlines(), start=1):
-        text = line.strip()
-        if text.startswith("# ---"):
-            section = text.strip("# -")
-            counts[section] = 0
-        elif section != "header" and text and not text.startswith("#") and number not in docstrings:
-            counts[section] += 1
-    return counts
-
-
 def exact_posterior(data: jax.Array) -> tuple[float, float]:
     """The posterior of `loc` under a N(0, 1) prior and N(loc, 1) likelihood: mean, std."""
     precision = 1.0 + data.shape[0]
@@ -263,7 +233,7 @@ def main(
     print(f"exact posterior   loc {mean:.4f}  scale {std:.4f}")
     for name, (loc, scale) in fitted.items():
         print(f"{name + ' guide':17} loc {loc:.4f}  scale {scale:.4f}")
-    lines = lines_of_code()
+    lines = lines_of_code(__file__)
     print_table(lines, port_rate, original_rate)
     first = port_runs[0][1], original_runs[0][1]
     print(f"{'first run, seconds (with compile)':34}{first[0]:11.2f}{first[1]:9.2f}")

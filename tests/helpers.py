@@ -1,4 +1,9 @@
-"""Shared test utilities: comparing pytrees the way transparency promises."""
+"""Shared test utilities: comparing pytrees the way transparency promises; loading
+the example scripts."""
+
+import importlib.util
+import pathlib
+import sys
 
 import attrs
 import jax
@@ -6,6 +11,19 @@ import jax.numpy as jnp
 import numpy as np
 
 import effax as fx
+
+EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
+
+
+def load_example(name):
+    """Run `examples/<name>.py` as a fresh module `name` (its `main` not called)."""
+    if str(EXAMPLES) not in sys.path:  # the scripts import their shared `_porting`
+        sys.path.append(str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses (Equinox modules) look their module up here
+    spec.loader.exec_module(module)
+    return module
 
 
 def as_bits(leaf):

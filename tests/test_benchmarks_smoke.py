@@ -58,6 +58,7 @@ def check_rows(rows, cases):
             assert r["ratio"] > 0, r
 
 
+@pytest.mark.uses_jit_cache  # compiles the step per contender, with 100 States
 def test_bench_dispatch_quick(benchmarks_on_path):
     results = load("bench_dispatch").main(["--quick"])
     check_rows(results["rows"], {"1", "2", "3"})
@@ -149,6 +150,7 @@ def test_run_writes_json_markdown_chart(benchmarks_on_path, tmp_path):
         assert (tmp_path / "results.png").stat().st_size > 0
 
 
+@pytest.mark.uses_jit_cache  # compiles case 1's and case 3's steps
 def test_profile_dispatch_quick(benchmarks_on_path):
     results = load("profile_dispatch").main(["--quick", "--top", "5"])
     check_rows(results["rows"], {"prof"})

@@ -1,20 +1,7 @@
 """Every example script runs, in its quick mode, and shows what it claims."""
 
-import importlib.util
-import pathlib
-import sys
-
 import numpy as np
-
-EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses (Equinox modules) look their module up here
-    spec.loader.exec_module(module)
-    return module
+from helpers import EXAMPLES, load_example as load
 
 
 def test_counter_counts_and_traces_once(capsys):
@@ -119,4 +106,5 @@ def test_every_example_is_tested():
     }
     # tested in files of their own, with the library each one is ported from
     tested |= {"flax_nnx_cnn", "svi", "metropolis"}
-    assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
+    scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
+    assert scripts == tested

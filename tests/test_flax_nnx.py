@@ -6,21 +6,15 @@ in and out; effax carries the handlers' values around it. Each test runs the sam
 step eagerly and compiled and asserts they agree.
 """
 
-import importlib.util
-import pathlib
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 from flax import nnx
-from helpers import assert_bitwise_equal, assert_transparent
+from helpers import assert_bitwise_equal, assert_transparent, load_example as load
 
 import effax as fx
-
-EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
 
 training = fx.Ask[bool]("training", static=True)
 noise = fx.RandomKey("noise")
@@ -228,14 +222,6 @@ def test_unused_handlers_around_cost_at_most_one_more_trace_and_no_more_compiles
 
 
 # --- the example ----------------------------------------------------------------------
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.uses_jit_cache  # eager Flax, and six compiled programs

@@ -1,21 +1,8 @@
 """The NumPyro ports in examples/ run in their quick mode and show what they claim."""
 
-import importlib.util
-import pathlib
-import sys
-
 import numpy as np
 import pytest
-
-EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses (Equinox modules) look their module up here
-    spec.loader.exec_module(module)
-    return module
+from helpers import load_example as load
 
 
 def check_comparison(result, first_section, out):

@@ -7,6 +7,7 @@
   its fix), threading state through a training loop, and refs.
 """
 
+import functools as ft
 import threading
 from typing import Any
 
@@ -692,8 +693,15 @@ def _train(step_fn: Any) -> dict[str, Any]:
     return params
 
 
+@ft.cache
+def _trained_eagerly() -> dict[str, Any]:
+    """`_train(update)`, once per process: 100 eager steps of `jax.grad`, op by op,
+    take most of a minute under `jax.checking_leaks` (no compile cache on jax 0.10)."""
+    return _train(update)
+
+
 def test_training_loop_fits_the_line():
-    params = _train(update)
+    params = _trained_eagerly()
     np.testing.assert_allclose(params["w"], 2.0, atol=1e-2)
     np.testing.assert_allclose(params["b"], 1.0, atol=1e-2)
     assert float(loss_fn(params, BATCH)) < float(loss_fn(_initial_params()[0], BATCH)) / 1000
@@ -707,7 +715,7 @@ def test_jitted_training_loop_matches_and_traces_once():
         traces.append(None)
         return update(params, opt_state, batch)
 
-    expected = _train(update)
+    expected = _trained_eagerly()
     actual = _train(jitted_update)
     for name in ("w", "b"):
         np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5)
@@ -743,7 +751,7 @@ def test_training_loop_with_state_in_context_matches_threading():
     with _train_state_var.set_on_enter(state):
         for _ in range(STEPS):
             fast_step(BATCH)
-    expected = _train(update)
+    expected = _trained_eagerly()
     for name in ("w", "b"):
         np.testing.assert_allclose(state["params"][name], expected[name], rtol=1e-5)
     assert len(traces) == 1
