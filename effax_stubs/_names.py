@@ -54,7 +54,8 @@ OPERATIONS: Final = {
 }
 
 
-HANDLER_MAKERS: Final = frozenset({"provide", "init", "seed", "collect"})
+# Tested against the runtime API (tests/test_plugin_tables.py), as are the tables below.
+HANDLER_MAKERS: Final = frozenset({"provide", "init", "seed", "collect", "discard"})
 
 
 HANDLER_CLASSES: Final = frozenset({"Handler", "Handlers"})
@@ -77,9 +78,7 @@ PERFORMING: Final = {
 
 
 # wrappers returning a function with the row of their first argument
-RETURNING: Final = frozenset(
-    {"jit", "grad", "value_and_grad", "vmap", "checkpoint", "remat", "shard_map"}
-)
+RETURNING: Final = frozenset({"jit", "grad", "value_and_grad", "vmap", "checkpoint", "shard_map"})
 
 
 FUNCTION_NAMES: Final = ("fun", "f", "fn")

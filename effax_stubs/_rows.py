@@ -67,8 +67,11 @@ class Analysis:
         self.locals = collector.values
         self.nested = collector.functions
         self.self_class: dict[SymbolNode, TypeInfo] = {}
+        self.class_objects: set[SymbolNode] = set()  # a classmethod's `cls`: the class
         if isinstance(root, FuncDef) and root.info and root.arguments and not root.is_static:
             self.self_class[root.arguments[0].variable] = root.info
+            if root.is_class:
+                self.class_objects.add(root.arguments[0].variable)
         self._demands: dict[FuncItem, Row] = {}
 
     # -- names
@@ -193,6 +196,8 @@ class Analysis:
             value = self.value_of(expr)
             if value is not None:
                 return self.row_of(value, depth + 1)
+            if node in self.class_objects:  # `cls(...)` constructs, as `Model(...)` does
+                return self.member_row(self.self_class[node], "__init__")
             info = self.instance_class(expr)
             return self.member_row(info, "__call__") if info is not None else None
         if isinstance(expr, MemberExpr):
@@ -232,6 +237,8 @@ class Analysis:
             return self.row_of(function, depth + 1) if function is not None else None
         if isinstance(callee, RefExpr) and isinstance(callee.node, TypeInfo):
             return self.member_row(callee.node, "__call__")
+        if isinstance(callee, RefExpr) and callee.node in self.class_objects:  # cls(...)(x)
+            return self.member_row(self.self_class[callee.node], "__call__")
         return None
 
     def demand_of(self, function: FuncItem) -> Row:
@@ -389,7 +396,8 @@ class Walker:
     def visit_call(self, node: CallExpr) -> None:
         name = effax_name(callee_fullname(node.callee))
         skip: Expression | None = None
-        if name == "handle" or name in RETURNING:
+        declaring = isinstance(node.callee, CallExpr) and is_uses(node.callee)  # uses(...)(f)
+        if name == "handle" or name in RETURNING or declaring:
             function = function_argument(node)
             if isinstance(function, LambdaExpr):
                 skip = function  # performed where the returned function is called

@@ -63,3 +63,28 @@ class Counter:
     @fx.uses(steps)
     def one(self) -> int:
         return steps.modify(lambda n: n + 1)
+
+
+# case: cls(...) in a classmethod constructs, it does not call the instance
+class Scaled:
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    @fx.uses(temperature)
+    def __call__(self, x: float) -> float:
+        return x * self.factor * temperature.ask()
+
+    @classmethod
+    @fx.uses()
+    def unit(cls) -> "Scaled":
+        return cls(1.0)
+
+    @staticmethod
+    @fx.uses()
+    def doubled() -> "Scaled":
+        return Scaled(2.0)
+
+    @classmethod
+    @fx.uses()
+    def applied(cls, x: float) -> float:
+        return cls(1.0)(x)  # E: effax-undeclared

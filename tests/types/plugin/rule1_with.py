@@ -107,3 +107,17 @@ def branches(flag: bool) -> int:
 def value_outside() -> None:
     with steps.init(int(temperature.ask())):  # E: effax-undeclared: Effect "temperature"
         pass
+
+
+# case: emit.discard() installs a handler, as collect() does
+@fx.uses()
+def discarded() -> None:
+    with log.discard():
+        log.emit(1.0)
+
+
+# case: emit.discard() handles its own effect only
+@fx.uses()
+def discarded_other() -> float:
+    with log.discard():
+        return temperature.ask()  # E: effax-undeclared

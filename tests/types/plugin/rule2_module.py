@@ -32,3 +32,8 @@ fx.scan(lambda c, x: (c + temperature.ask(), None), 0.0, None, length=2)  # E: e
 # case: module-level code inside a function is not module level
 def main() -> float:
     return scaled(jax.numpy.float32(1.0).item())
+
+# case: a row declared on a lambda at module level performs nothing there
+warm = fx.uses(temperature)(lambda x: x * temperature.ask())
+with temperature.provide(1.0):
+    warm(2.0)

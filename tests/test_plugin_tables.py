@@ -1,0 +1,84 @@
+"""The mypy plugin's tables of effax's API (`effax_stubs._names`) against the runtime
+API they describe, read with `inspect`: a new operation, handler maker or wrapper
+that the tables miss (or an entry the API lost) fails here, not silently in users'
+type checks."""
+
+import inspect
+
+import pytest
+
+import effax
+from effax_stubs import _names
+
+# public members every effect inherits from `Effect`: neither operations nor makers
+_EFFECT_MEMBERS = {n for n in dir(effax.Effect) if not n.startswith("_")}
+# declaration attributes that are neither (Ask's `static` flag)
+_ATTRIBUTES = {"static"}
+
+
+def _own_methods(kind):
+    cls = getattr(effax, kind)
+    names = {n for n in dir(cls) if not n.startswith("_")} - _EFFECT_MEMBERS - _ATTRIBUTES
+    assert all(callable(getattr(cls, n)) for n in names), names
+    return names
+
+
+def _handler_makers(kind):
+    """The methods of `kind` that return a handler (annotated to return a Handler)."""
+    cls = getattr(effax, kind)
+    makers = set()
+    for name in _own_methods(kind):
+        returned = inspect.signature(getattr(cls, name)).return_annotation
+        text = returned if isinstance(returned, str) else getattr(returned, "__name__", "")
+        if any(
+            word in str(text) for word in ("Provider", "Cell", "Stream", "Collector", "Discarder")
+        ):
+            makers.add(name)
+    return makers
+
+
+@pytest.mark.parametrize("kind", _names.KINDS)
+def test_every_effect_kind_is_an_effax_effect(kind):
+    assert issubclass(getattr(effax, kind), effax.Effect)
+
+
+@pytest.mark.parametrize("kind", _names.KINDS)
+def test_operations_and_handler_makers_are_each_kinds_methods(kind):
+    makers = _handler_makers(kind)
+    assert makers, kind
+    assert makers <= _names.HANDLER_MAKERS, (kind, makers - _names.HANDLER_MAKERS)
+    assert _own_methods(kind) - makers == _names.OPERATIONS[kind]
+
+
+def test_every_handler_maker_belongs_to_some_kind():
+    makers = set().union(*(_handler_makers(k) for k in _names.KINDS))
+    assert makers == _names.HANDLER_MAKERS
+
+
+@pytest.mark.parametrize("name", sorted(_names.PERFORMING))
+def test_performing_wrappers_positions_and_keywords_match_their_signatures(name):
+    positions, keywords = _names.PERFORMING[name]
+    parameters = list(inspect.signature(getattr(effax, name)).parameters)
+    assert tuple(parameters[i] for i in positions) == keywords
+
+
+@pytest.mark.parametrize("name", sorted(_names.RETURNING))
+def test_returning_wrappers_take_the_function_first(name):
+    first = next(iter(inspect.signature(getattr(effax, name)).parameters))
+    assert first in _names.FUNCTION_NAMES
+
+
+def test_the_tables_cover_every_wrapper_of_a_function():
+    # every public effax function whose first parameter is a function name either
+    # runs it during the call (PERFORMING) or returns a wrapper (RETURNING), or is
+    # one of the few that do neither with a row (`handle` is read on its own)
+    covered = set(_names.PERFORMING) | set(_names.RETURNING) | {"handle"}
+    takers = set()
+    for name in dir(effax):
+        value = getattr(effax, name)
+        if name.startswith("_") or not inspect.isfunction(value):
+            continue
+        parameters = list(inspect.signature(value).parameters)
+        if parameters and parameters[0] in _names.FUNCTION_NAMES:
+            takers.add(name)
+    assert takers - covered == set()
