@@ -219,6 +219,12 @@ class EffaxPlugin(Plugin):
                     if declaration.static is not None and declaration.kind == "Ask":
                         marks.add(STATIC if declaration.static else TRACED)
                     result[0] = with_marks(ctx.default_return_type, marks)
+                    var = statement.lvalues[0].node
+                    if isinstance(var, Var) and not var.is_inferred and var.type is not None:
+                        # `x: fx.Ask[float] = ...` (or `Final[...]`): the variable has the
+                        # annotation's type, which is what other modules read, from
+                        # mypy's symbol tables and its incremental cache: mark it too
+                        var.type = with_marks(var.type, marks)
                     return
 
         self._guarded(check)

@@ -188,13 +188,18 @@ def test_rows_cross_mypys_incremental_cache(tmp_path):
     (tmp_path / "lib.py").write_text(
         textwrap.dedent(
             """
+            from typing import Final
             import effax as fx
             temperature = fx.Ask[float]("temperature")
             alias = temperature
+            steps: Final[fx.State[int]] = fx.State[int]("steps")
             @fx.uses(temperature)
             def scaled(x: float) -> float:
                 return x * alias.ask()
             fast = fx.jit(scaled)
+            @fx.uses(steps)
+            def tick() -> int:
+                return steps.get()
             """
         )
     )
@@ -202,15 +207,20 @@ def test_rows_cross_mypys_incremental_cache(tmp_path):
     program = textwrap.dedent(
         """
         import effax as fx
-        from lib import alias, fast, scaled, temperature
+        from lib import alias, fast, scaled, steps, temperature, tick
         @fx.uses()
         def entry() -> float:
             with temperature.provide(1.0):
                 scaled(1.0)
-            return fast(1.0) + alias.ask()
+            return fast(1.0) + alias.ask() + tick() + steps.get()
         """
     )
-    expected = [Expected(8, "effax-undeclared", '"fast"'), Expected(8, "effax-undeclared", "Eff")]
+    expected = [
+        Expected(8, "effax-undeclared", '"fast"'),
+        Expected(8, "effax-undeclared", 'Effect "temperature"'),
+        Expected(8, "effax-undeclared", '"tick"'),
+        Expected(8, "effax-undeclared", 'Effect "steps"'),
+    ]
     config = tmp_path / "mypy.ini"
     config.write_text(CONFIG.read_text())
     cache = tmp_path / "cache"

@@ -3,6 +3,8 @@
 A helper of the corpus, not a case file: mypy must report nothing here.
 """
 
+from typing import Final
+
 import effax as fx
 
 temperature = fx.Ask[float]("temperature")
@@ -48,3 +50,7 @@ class Layer:
     @fx.uses(steps)
     def count(self) -> int:
         return tick()
+
+# declared with an annotation: the annotation is the variable's type
+annotated: fx.Ask[float] = fx.Ask[float]("annotated")
+final_steps: Final[fx.State[int]] = fx.State[int]("final_steps")
