@@ -171,6 +171,15 @@ class Analysis:
         symbol = info.get(name)
         if symbol is not None and isinstance(symbol.node, Decorator):
             return self.decorator_row(symbol.node)
+        if symbol is not None and isinstance(symbol.node, Var) and name != "__call__":
+            # an attribute: a function with a row, or an object with a `__call__` row
+            # (a submodule, Equinox-style: `self.body(x)`)
+            row = row_of_type(symbol.node.type)
+            if row is not None:
+                return row
+            typ = get_proper_type(symbol.node.type)
+            if isinstance(typ, Instance):
+                return self.member_row(typ.type, "__call__")
         return None
 
     def row_of(self, expr: Expression, depth: int = 0) -> Row | None:

@@ -88,3 +88,30 @@ class Scaled:
     @fx.uses()
     def applied(cls, x: float) -> float:
         return cls(1.0)(x)  # E: effax-undeclared
+
+
+# case: calls through attributes: a submodule, Equinox-style
+class Block:
+    @fx.uses(temperature)
+    def __call__(self, x: float) -> float:
+        return x * temperature.ask()
+
+
+class Composed:
+    body: Block
+
+    def __init__(self) -> None:
+        self.body = Block()
+
+    @fx.uses(temperature)
+    def __call__(self, x: float) -> float:
+        return self.body(x)
+
+    @fx.uses()
+    def leaky(self, x: float) -> float:
+        return self.body(x)  # E: effax-undeclared
+
+    @fx.uses()
+    def handled(self, x: float) -> float:
+        with temperature.provide(1.0):
+            return self.body(x)
