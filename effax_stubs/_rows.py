@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from mypy.nodes import (
     ARG_POS,
     Block,
     CallExpr,
     ClassDef,
+    ConditionalExpr,
     Decorator,
     Expression,
     FuncDef,
@@ -20,6 +22,7 @@ from mypy.nodes import (
     OverloadedFuncDef,
     RefExpr,
     Statement,
+    SuperExpr,
     SymbolNode,
     TypeInfo,
     Var,
@@ -190,6 +193,15 @@ class Analysis:
             return self.demand_of(expr)
         if isinstance(expr, CallExpr):
             return self.row_of_result(expr, depth)
+        if isinstance(expr, ConditionalExpr):  # `a if c else b`: what either may perform
+            rows = [self.row_of(e, depth + 1) for e in (expr.if_expr, expr.else_expr)]
+            known = [row for row in rows if row is not None]
+            return frozenset().union(*known) if known else None
+        if isinstance(expr, SuperExpr) and expr.info is not None:  # super().name
+            for base in expr.info.mro[1:]:
+                if expr.name in base.names:
+                    return self.member_row(base, expr.name)
+            return None
         if not isinstance(expr, RefExpr):
             return None
         node = expr.node
@@ -369,6 +381,7 @@ class Walker:
         self.analysis = analysis
         self.sink = sink
         self.handled: Row | None = frozenset()  # None: anything may be handled
+        self.exit_stacks: set[SymbolNode | None] = set()  # `with ExitStack() as <these>`
 
     def visit(self, node: Node) -> None:
         if isinstance(node, Block):
@@ -393,8 +406,14 @@ class Walker:
     def visit_with(self, node: WithStmt) -> None:
         outer = self.handled
         installed: Row | None = frozenset()
-        for expr in node.expr:
+        for expr, target in zip(node.expr, node.target, strict=True):
             self.visit(expr)
+            if (
+                isinstance(target, RefExpr)
+                and isinstance(expr, CallExpr)
+                and callee_fullname(expr.callee) in _EXIT_STACKS
+            ):
+                self.exit_stacks.add(target.node)
             row = self.analysis.installed(expr)
             installed = None if row is None or installed is None else installed | row
         if self.handled is not None:
@@ -410,9 +429,13 @@ class Walker:
             function = function_argument(node)
             if isinstance(function, LambdaExpr):
                 skip = function  # performed where the returned function is called
+        # A lambda handed to a function of the user's own counts where that function
+        # calls it (which may be under its own handler, or later): not here. Handed
+        # to anything else (an effax operation, JAX, a builtin) it counts here.
+        user_function = _user_function(node.callee)
         for child in [node.callee, *node.args]:
             if isinstance(child, LambdaExpr):
-                if child is not skip:
+                if child is not skip and not user_function:
                     self.visit(child.body)  # a lambda counts where it is handed over
             else:
                 self.visit(child)
@@ -429,3 +452,20 @@ class Walker:
             "__enter__",
         ):
             self.handled = None  # handlers installed by hand, for the rest of the block
+        elif any(isinstance(a, RefExpr) and a.node in self.exit_stacks for a in node.args):
+            self.handled = None  # an ExitStack handed to a helper, which may enter handlers
+
+
+_EXIT_STACKS: Final = frozenset({"contextlib.ExitStack", "contextlib.AsyncExitStack"})
+
+
+def _user_function(callee: Expression) -> bool:
+    """Whether `callee` names a function defined in the user's code (not effax's, not
+    a library's that `FOREIGN_PACKAGES` lists)."""
+    if not isinstance(callee, RefExpr):
+        return False
+    node = callee.node
+    if not isinstance(node, FuncDef | Decorator | OverloadedFuncDef):
+        return False
+    package = node.fullname.partition(".")[0]
+    return package != "effax" and package not in FOREIGN_PACKAGES

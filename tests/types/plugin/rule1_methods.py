@@ -115,3 +115,26 @@ class Composed:
     def handled(self, x: float) -> float:
         with temperature.provide(1.0):
             return self.body(x)
+
+
+# case: super() and conditional callees
+class Base:
+    @fx.uses(temperature)
+    def __call__(self, x: float) -> float:
+        return x * temperature.ask()
+
+
+class Derived(Base):
+    @fx.uses()
+    def __call__(self, x: float) -> float:
+        return super().__call__(x)  # E: effax-undeclared
+
+    @fx.uses()
+    def either(self, x: float, fast: bool) -> float:
+        f = scaled_here if fast else Block()
+        return f(x)  # E: effax-undeclared
+
+
+@fx.uses(temperature)
+def scaled_here(x: float) -> float:
+    return x * temperature.ask()

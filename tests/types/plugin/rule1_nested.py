@@ -79,3 +79,22 @@ def lambda_variable() -> float:
 def lambda_container() -> float:
     readers = [lambda: temperature.ask()]
     return readers[0]()
+
+
+def run_with_temperature(f: Callable[[], float]) -> float:
+    with temperature.provide(1.0):
+        return f()
+
+
+CALLBACKS: list[Callable[[], float]] = []
+
+
+def register(f: Callable[[], float]) -> None:
+    CALLBACKS.append(f)
+
+
+# case: a lambda handed to a user function counts where that function calls it
+@fx.uses()
+def handed_over() -> float:
+    register(lambda: temperature.ask())
+    return run_with_temperature(lambda: temperature.ask())

@@ -92,6 +92,19 @@ def exit_stack() -> int:
         return steps.get()
 
 
+def install(stack: contextlib.ExitStack) -> None:
+    stack.enter_context(steps.init(0))
+
+
+# case: an ExitStack handed to a helper that enters handlers on it
+@fx.uses()
+def exit_stack_helper() -> int:
+    with contextlib.ExitStack() as stack:
+        steps.get()  # E: effax-undeclared
+        install(stack)
+        return steps.get()
+
+
 # case: a with in one branch does not cover the other
 @fx.uses()
 def branches(flag: bool) -> int:
