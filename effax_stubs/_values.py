@@ -7,10 +7,12 @@ from typing import Final
 from mypy.nodes import (
     CallExpr,
     MemberExpr,
+    NameExpr,
+    TypeInfo,
 )
 from mypy.plugin import CheckerPluginInterface, MethodContext
 from mypy.subtypes import is_subtype
-from mypy.types import AnyType, Instance, Type, get_proper_type
+from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
 from ._marks import declaration_of_type
 from ._names import UNHASHABLE_CLASSES
@@ -65,11 +67,28 @@ def check_value(ctx: MethodContext) -> None:
 
 def is_hashable(api: CheckerPluginInterface, typ: Type) -> bool:
     proper = get_proper_type(typ)
-    if isinstance(proper, Instance) and any(
-        base.fullname in UNHASHABLE_CLASSES for base in proper.type.mro
+    if isinstance(proper, Instance) and (
+        any(base.fullname in UNHASHABLE_CLASSES for base in proper.type.mro)
+        or _unhashable_dataclass(proper.type)
     ):
         return False
     return is_subtype(typ, api.named_generic_type("typing.Hashable", []))
+
+
+def _unhashable_dataclass(info: TypeInfo) -> bool:
+    """A dataclass whose instances Python makes unhashable (`eq=True`, the default,
+    without `frozen=True`, `unsafe_hash=True` or a `__hash__` of its own), which
+    mypy's dataclass plugin does not mark (its attrs plugin does)."""
+    data = info.metadata.get("dataclass")
+    if data is None or data.get("frozen") or "__hash__" in info.names:
+        return False
+    for decorator in info.defn.decorators:
+        if isinstance(decorator, CallExpr):
+            for name, arg in zip(decorator.arg_names, decorator.args, strict=True):
+                value = arg.name if isinstance(arg, NameExpr) else None
+                if (name, value) in (("eq", "False"), ("unsafe_hash", "True")):
+                    return False
+    return True
 
 
 def is_text(typ: Type) -> bool:
@@ -89,8 +108,16 @@ PROMOTED: Final = {
 
 
 def narrower_name(declared: Type, value: Type) -> str | None:
-    """The name of `value`'s type where mypy promotes it to `declared`'s."""
+    """The name of `value`'s type where mypy promotes it to `declared`'s (also
+    element by element, for tuples)."""
     declared, value = get_proper_type(declared), get_proper_type(value)
+    if isinstance(declared, TupleType) and isinstance(value, TupleType):
+        if len(declared.items) != len(value.items):
+            return None
+        pairs = list(zip(declared.items, value.items, strict=True))
+        if not any(narrower_name(d, v) is not None for d, v in pairs):
+            return None
+        return f"tuple[{', '.join(type_name(v) for _, v in pairs)}]"
     if not isinstance(declared, Instance) or not isinstance(value, Instance):
         return None
     if value.type.fullname in PROMOTED.get(declared.type.fullname, ()):
@@ -100,4 +127,6 @@ def narrower_name(declared: Type, value: Type) -> str | None:
 
 def type_name(typ: Type) -> str:
     proper = get_proper_type(typ)
+    if isinstance(proper, TupleType):
+        return f"tuple[{', '.join(type_name(item) for item in proper.items)}]"
     return proper.type.name if isinstance(proper, Instance) else str(proper)

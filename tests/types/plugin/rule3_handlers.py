@@ -42,3 +42,50 @@ temperature.provide(1)  # an int for an Ask[float] is fine: an Ask is read-only
 # case: where types already catch it, only mypy's own error
 temperature.provide("hot")  # E: arg-type
 total.init("zero")  # E: arg-type
+
+# case: dataclasses and attrs classes for static Asks: frozen ones only
+import dataclasses
+
+import attrs
+
+
+@dataclasses.dataclass
+class Mutable:
+    width: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    width: int
+
+
+@dataclasses.dataclass(unsafe_hash=True)
+class UnsafeHash:
+    width: int
+
+
+@attrs.define
+class AttrsMutable:
+    width: int
+
+
+@attrs.frozen
+class AttrsFrozen:
+    width: int
+
+
+mutable_config = fx.Ask[Mutable]("mutable_config", static=True)
+frozen_config = fx.Ask[Frozen]("frozen_config", static=True)
+unsafe_config = fx.Ask[UnsafeHash]("unsafe_config", static=True)
+attrs_config = fx.Ask[AttrsMutable]("attrs_config", static=True)
+attrs_frozen_config = fx.Ask[AttrsFrozen]("attrs_frozen_config", static=True)
+mutable_config.provide(Mutable(1))  # E: effax-handler-type: unhashable "Mutable"
+attrs_config.provide(AttrsMutable(1))  # E: effax-handler-type: unhashable "AttrsMutable"
+frozen_config.provide(Frozen(1))
+unsafe_config.provide(UnsafeHash(1))
+attrs_frozen_config.provide(AttrsFrozen(1))
+
+# case: a State of a tuple initialised with narrower Python scalars
+pair = fx.State[tuple[float, float]]("pair")
+pair.init((0, 1))  # E: effax-handler-type: initialised with "tuple[int, int]"
+pair.init((0.0, 1.0))
