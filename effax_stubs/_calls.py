@@ -82,24 +82,46 @@ def check_function(
     Walker(analysis, report).visit(function.body)
 
 
-def check_module(api: CheckerPluginInterface, modules: Mapping[str, MypyFile]) -> None:
-    """Rules 1 and 2 at module level: what is performed with no handler around it
-    is reported (`UNHANDLED`)."""
+# Per module: the handlers around each module-level call, from one walk of the
+# module (the module object is kept to tell a new tree of the same name).
+_AROUND: dict[str, tuple[MypyFile, Analysis, dict[int, Row | None]]] = {}
+
+
+def check_module(
+    api: CheckerPluginInterface, modules: Mapping[str, MypyFile], call: Context
+) -> None:
+    """Rules 1 and 2 at module level: what `call` performs with no handler around it
+    is reported (`UNHANDLED`). Each call is checked once, from its own hook, against
+    the handlers around it, found in one walk per module: linear in the module's
+    length."""
     stack = scope_stack(api)
     if not stack or not isinstance(stack[0], MypyFile):
         return
     if not all(isinstance(scope, LambdaExpr) for scope in stack[1:]):
         return  # inside a function: its row, if any, is checked from `effax.uses`
+    if not isinstance(call, CallExpr):
+        return
     module = stack[0]
-    analysis = Analysis(modules, None, module.defs)
-
-    def report(node: Context, missing: Row, who: str | None) -> None:
+    cached = _AROUND.get(module.fullname)
+    if cached is None or cached[0] is not module:
+        analysis = Analysis(modules, None, module.defs)
+        around: dict[int, Row | None] = {}
+        walker = Walker(analysis, lambda node, missing, who: None, around=around)
+        for statement in module.defs:
+            walker.visit(statement)
+        cached = _AROUND[module.fullname] = (module, analysis, around)
+    _, analysis, around = cached
+    if id(call) not in around:
+        return  # not reached by the walk: a lambda counted where it is called
+    handled = around[id(call)]
+    performed = analysis.performed(call)
+    if performed is None or handled is None:
+        return
+    row, who = performed
+    missing = row - handled
+    if missing:
         message = (
             f"{subject(missing, who, passive=' performed', active='')} at module level, "
             'where no enclosing "with" handles it'
         )
-        api.fail(message, node, code=UNHANDLED)
-
-    walker = Walker(analysis, report)
-    for statement in module.defs:
-        walker.visit(statement)
+        api.fail(message, call, code=UNHANDLED)

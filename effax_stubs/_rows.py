@@ -377,9 +377,14 @@ class Walker:
     """Walks statements, tracking the handlers that enclosing `with`s install, and
     passes what each call performs and no handler covers to `sink`."""
 
-    def __init__(self, analysis: Analysis, sink: Sink) -> None:
+    def __init__(
+        self, analysis: Analysis, sink: Sink, *, around: dict[int, Row | None] | None = None
+    ) -> None:
         self.analysis = analysis
         self.sink = sink
+        # with `around`: record the handlers around each call (by id) instead of
+        # checking it (the module-level check then checks each call from its hook)
+        self.around = around
         self.handled: Row | None = frozenset()  # None: anything may be handled
         self.exit_stacks: set[SymbolNode | None] = set()  # `with ExitStack() as <these>`
 
@@ -439,7 +444,11 @@ class Walker:
                     self.visit(child.body)  # a lambda counts where it is handed over
             else:
                 self.visit(child)
-        performed = self.analysis.performed(node)
+        if self.around is not None:
+            self.around[id(node)] = self.handled
+            performed = None
+        else:
+            performed = self.analysis.performed(node)
         if performed is not None and self.handled is not None:
             row, who = performed
             missing = row - self.handled

@@ -310,7 +310,7 @@ class EffaxPlugin(Plugin):
         return result[0]
 
     def _module_level(self, ctx: FunctionContext | MethodContext) -> Type:
-        self._guarded(lambda: check_module(ctx.api, self._module_map()))
+        self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
         return ctx.default_return_type
 
 
