@@ -89,6 +89,8 @@ TRANSPARENT_DECORATORS: Final = frozenset(
     {
         "builtins.staticmethod",
         "builtins.classmethod",
+        "builtins.property",  # its row counts where the attribute is read
+        "functools.cached_property",
         "abc.abstractmethod",
         "typing.final",
         "typing_extensions.final",

@@ -170,6 +170,17 @@ class Analysis:
             return self.demand_of(decorator.func)
         return row
 
+    def property_row(self, expr: MemberExpr) -> Row | None:
+        """The row of the property `expr` reads, where it is one and has a row."""
+        info = self.instance_class(expr.expr)
+        symbol = info.get(expr.name) if info is not None else None
+        node = symbol.node if symbol is not None else None
+        if isinstance(node, OverloadedFuncDef) and node.items:  # a property with a setter
+            node = node.items[0]
+        if isinstance(node, Decorator) and (node.var.is_property or node.var.is_settable_property):
+            return self.decorator_row(node)
+        return None
+
     def member_row(self, info: TypeInfo, name: str) -> Row | None:
         symbol = info.get(name)
         if symbol is not None and isinstance(symbol.node, Decorator):
@@ -404,6 +415,13 @@ class Walker:
             self.visit_with(node)
         elif isinstance(node, CallExpr):
             self.visit_call(node)
+        elif isinstance(node, MemberExpr):
+            self.visit(node.expr)
+            row = self.analysis.property_row(node)  # reading a property runs its getter
+            if row and self.around is None and self.handled is not None:
+                missing = row - self.handled
+                if missing:
+                    self.sink(node, missing, describe(node))
         else:
             for child in children_of(node):
                 self.visit(child)

@@ -138,3 +138,27 @@ class Derived(Base):
 @fx.uses(temperature)
 def scaled_here(x: float) -> float:
     return x * temperature.ask()
+
+
+# case: reading a property runs its getter
+class Reader:
+    @property
+    @fx.uses(temperature)
+    def value(self) -> float:
+        return temperature.ask()
+
+
+@fx.uses()
+def read_property(r: Reader) -> float:
+    return r.value  # E: effax-undeclared
+
+
+@fx.uses(temperature)
+def read_property_in_row(r: Reader) -> float:
+    return r.value
+
+
+@fx.uses()
+def read_property_handled(r: Reader) -> float:
+    with temperature.provide(1.0):
+        return r.value
