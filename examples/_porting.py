@@ -42,3 +42,14 @@ def lines_of_code(path: str | pathlib.Path) -> dict[str, int]:
         elif section != "header" and text and not text.startswith("#") and number not in docstrings:
             counts[section] += 1
     return counts
+
+
+def print_table(lines: dict[str, int], port: float, original: float, *, rate: str) -> None:
+    """Lines of code per section, and the rate `rate` names, port against original."""
+    rows = [(k[6:], n, lines[f"original: {k[6:]}"]) for k, n in lines.items() if k[:5] == "port:"]
+    rows.append(("total lines of code", sum(r[1] for r in rows), sum(r[2] for r in rows)))
+    print(f"\n{'':34}{'effax port':>11}{'NumPyro':>9}{'ratio':>7}")
+    for name, port_n, original_n in rows:
+        print(f"{name:34}{port_n:11d}{original_n:9d}{port_n / original_n:7.2f}")
+    rates = f"{port:11.0f}{original:9.0f}{port / original:7.2f}"
+    print(f"{rate:34}{rates}")

@@ -398,6 +398,19 @@ def averages(logged: list[dict[str, jax.Array]]) -> dict[str, float]:
     return {k: float(np.mean([float(m[k]) for m in logged])) for k in logged[0]}
 
 
+def summary(hs: fx.Handlers, ev: fx.Handlers, seconds: float) -> dict[str, Any]:
+    """An effax variant's results, from its training and evaluation handlers."""
+    train, test = averages(hs[metrics_log]), averages(ev[metrics_log])
+    return {
+        "losses": [float(m["loss"]) for m in hs[metrics_log]],
+        "train_loss": train["loss"],
+        "train_accuracy": train["accuracy"],
+        "test_accuracy": test["accuracy"],
+        "seconds_per_step": seconds,
+        "keys_drawn": hs[dropout].counter,
+    }
+
+
 def run_hybrid(train_ds: Batch, test_ds: Batch, batch_size: int) -> dict[str, Any]:
     model = HybridCNN(rngs=nnx.Rngs(0))  # the original's initial parameters
     optimizer = nnx.Optimizer(model, optax.adamw(learning_rate, momentum), wrt=nnx.Param)
@@ -411,15 +424,7 @@ def run_hybrid(train_ds: Batch, test_ds: Batch, batch_size: int) -> dict[str, An
     with fx.handlers(training.provide(False), metrics_log.collect()) as ev:
         for test_batch in make_batches(test_ds, batch_size):
             hybrid_eval(model, test_batch)
-    train, test = averages(hs[metrics_log]), averages(ev[metrics_log])
-    return {
-        "losses": [float(m["loss"]) for m in hs[metrics_log]],
-        "train_loss": train["loss"],
-        "train_accuracy": train["accuracy"],
-        "test_accuracy": test["accuracy"],
-        "seconds_per_step": seconds,
-        "keys_drawn": hs[dropout].counter,
-    }
+    return summary(hs, ev, seconds)
 
 
 def run_pure(train_ds: Batch, test_ds: Batch, batch_size: int) -> dict[str, Any]:
@@ -434,15 +439,7 @@ def run_pure(train_ds: Batch, test_ds: Batch, batch_size: int) -> dict[str, Any]
         with fx.handlers(training.provide(False), metrics_log.collect()) as ev:
             for test_batch in make_batches(test_ds, batch_size):
                 pure_eval_step(test_batch)
-    train, test = averages(hs[metrics_log]), averages(ev[metrics_log])
-    return {
-        "losses": [float(m["loss"]) for m in hs[metrics_log]],
-        "train_loss": train["loss"],
-        "train_accuracy": train["accuracy"],
-        "test_accuracy": test["accuracy"],
-        "seconds_per_step": seconds,
-        "keys_drawn": hs[dropout].counter,
-    }
+    return summary(hs, ev, seconds)
 
 
 VARIANTS = {  # each variant's run, and its model and steps (to count their lines)

@@ -28,7 +28,7 @@ import jax.random as jr
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from _porting import lines_of_code, timed
+from _porting import lines_of_code, print_table, timed
 from jax import lax
 from numpyro.infer import MCMC
 
@@ -143,17 +143,6 @@ def original_compiled(state: MHState, num_warmup: int, num_samples: int) -> jax.
     return jax.vmap(chain)(state)
 
 
-def print_table(lines: dict[str, int], port_rate: float, original_rate: float) -> None:
-    """Lines of code per section and steps per second, port against original."""
-    rows = [(k[6:], n, lines[f"original: {k[6:]}"]) for k, n in lines.items() if k[:5] == "port:"]
-    rows.append(("total lines of code", sum(r[1] for r in rows), sum(r[2] for r in rows)))
-    print(f"\n{'':34}{'effax port':>11}{'NumPyro':>9}{'ratio':>7}")
-    for name, port_n, original_n in rows:
-        print(f"{name:34}{port_n:11d}{original_n:9d}{port_n / original_n:7.2f}")
-    rates = f"{port_rate:11.0f}{original_rate:9.0f}{port_rate / original_rate:7.2f}"
-    print(f"{'chain steps / second (compiled)':34}{rates}")
-
-
 def moments(samples: jax.Array) -> tuple[np.ndarray, np.ndarray]:
     """Mean and variance per coordinate over every chain and sample."""
     flat = np.asarray(samples).reshape(-1, samples.shape[-1])
@@ -204,7 +193,8 @@ def main(
     for name, (mean, var) in results.items():
         print(f"{name + ' samples':17} mean {np.round(mean, 3)}  variance {np.round(var, 3)}")
     lines = lines_of_code(__file__)
-    print_table(lines, steps / port_seconds, steps / original_seconds)
+    rate = "chain steps / second (compiled)"
+    print_table(lines, steps / port_seconds, steps / original_seconds, rate=rate)
     print(f"{'first run, seconds (with compile)':34}{port_first:11.2f}{original_first:9.2f}")
     close, exact = check_transparency()
     print(f"\ncompiled chains and eager chains agree: {close} (bit for bit: {exact})")

@@ -34,7 +34,7 @@ import jax.random as jr
 import numpyro
 import numpyro.distributions as dist
 import optax
-from _porting import lines_of_code, timed
+from _porting import lines_of_code, print_table, timed
 from numpyro import optim
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.util import fori_loop
@@ -203,17 +203,6 @@ def check_transparency(data: jax.Array, steps: int = 3, *, eager: bool = True) -
     return close, exact
 
 
-def print_table(lines: dict[str, int], port_rate: float, original_rate: float) -> None:
-    """Lines of code per section and steps per second, port against original."""
-    rows = [(k[6:], n, lines[f"original: {k[6:]}"]) for k, n in lines.items() if k[:5] == "port:"]
-    rows.append(("total lines of code", sum(r[1] for r in rows), sum(r[2] for r in rows)))
-    print(f"\n{'':34}{'effax port':>11}{'NumPyro':>9}{'ratio':>7}")
-    for name, port_n, original_n in rows:
-        print(f"{name:34}{port_n:11d}{original_n:9d}{port_n / original_n:7.2f}")
-    rates = f"{port_rate:11.0f}{original_rate:9.0f}{port_rate / original_rate:7.2f}"
-    print(f"{'steps / second (compiled)':34}{rates}")
-
-
 def main(
     steps: int = 2000, *, repeats: int = 5, eager_check: bool = True, seed: int = 0
 ) -> dict[str, Any]:
@@ -234,7 +223,7 @@ def main(
     for name, (loc, scale) in fitted.items():
         print(f"{name + ' guide':17} loc {loc:.4f}  scale {scale:.4f}")
     lines = lines_of_code(__file__)
-    print_table(lines, port_rate, original_rate)
+    print_table(lines, port_rate, original_rate, rate="steps / second (compiled)")
     first = port_runs[0][1], original_runs[0][1]
     print(f"{'first run, seconds (with compile)':34}{first[0]:11.2f}{first[1]:9.2f}")
     close, exact = check_transparency(data, eager=eager_check)

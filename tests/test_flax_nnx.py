@@ -200,11 +200,18 @@ def test_a_declared_row_traces_once_with_unused_handlers_around():
     assert evaluate.traces == 1 and len(hs[log]) == 2
 
 
+@pytest.mark.uses_jit_cache  # counts XLA compilations
 def test_unused_handlers_around_cost_at_most_one_more_trace_and_no_more_compiles():
     # effax's first call traces with every reachable handler plumbed in, then replays
     # that trace for the handlers the body used; nnx.jit's traced object has no jaxpr
     # to replay, so the body is traced once more (known limit; `@fx.uses` avoids it).
-    # Later calls trace nothing.
+    # Later calls trace and compile nothing.
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
     def evaluate(model, x):
         evaluate.traces += 1
         log.emit(jnp.mean(model.linear(x)))
@@ -212,13 +219,19 @@ def test_unused_handlers_around_cost_at_most_one_more_trace_and_no_more_compiles
     evaluate.traces = 0
     fast = fx.handle(evaluate, transform=nnx.jit)
     model, _ = make()
+    x = jnp.ones((2, 3))
     with fx.handlers(noise.seed(0), log.collect()) as hs:
-        fast(model, jnp.ones((2, 3)))
+        fast(model, x)
         first = evaluate.traces
-        fast(model, jnp.ones((2, 3)))
-        fast(model, jnp.ones((2, 3)))
+        jax.monitoring.register_event_duration_secs_listener(listener)
+        try:
+            fast(model, x)
+            fast(model, x)
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listener)
     assert len(hs[log]) == 3
     assert first <= 2 and evaluate.traces == first
+    assert compiles == []
 
 
 # --- the example ----------------------------------------------------------------------
