@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 from mypy.nodes import (
     CallExpr,
@@ -10,15 +11,18 @@ from mypy.nodes import (
     Decorator,
     FuncItem,
     LambdaExpr,
+    MemberExpr,
     MypyFile,
+    Node,
+    OverloadedFuncDef,
     TypeInfo,
 )
 from mypy.plugin import CheckerPluginInterface
 
 from ._names import Row
-from ._report import UNDECLARED, UNHANDLED, short, subject
-from ._rows import Analysis, Walker
-from ._tree import is_uses, top_level
+from ._report import UNDECLARED, UNHANDLED, describe, short, subject
+from ._rows import Analysis, Walker, hooked
+from ._tree import children_of, is_uses, top_level
 
 __all__ = ["check_function", "check_module", "find_decorator", "scope_stack"]
 
@@ -40,10 +44,17 @@ def find_decorator(scope: object, call: Context) -> Decorator | None:
     else:
         return None
     for statement in top_level(statements):
-        if isinstance(statement, Decorator):
-            decorators = statement.original_decorators or statement.decorators
-            if any(d is call for d in decorators):
-                return statement
+        # an overloaded function: its implementation, and its `@overload` items
+        candidates = (
+            [*statement.items, statement.impl]
+            if isinstance(statement, OverloadedFuncDef)
+            else [statement]
+        )
+        for candidate in candidates:
+            if isinstance(candidate, Decorator):
+                decorators = candidate.original_decorators or candidate.decorators
+                if any(d is call for d in decorators):
+                    return candidate
     return None
 
 
@@ -82,46 +93,87 @@ def check_function(
     Walker(analysis, report).visit(function.body)
 
 
-# Per module: the handlers around each module-level call, from one walk of the
-# module (the module object is kept to tell a new tree of the same name).
-_AROUND: dict[str, tuple[MypyFile, Analysis, dict[int, Row | None]]] = {}
+class _Walked(NamedTuple):
+    """What one walk of a module's top level found."""
+
+    module: MypyFile  # kept to tell a new tree of the same name
+    analysis: Analysis
+    around: dict[int, Row | None]  # the handlers around each call with a hook, by id
+    # calls no hook sees (`effax.jit(f)(x)`), with what they leave unhandled, reported
+    # from the hook of each call inside them: by id of that call
+    pending: dict[int, list[tuple[CallExpr, Row, str | None]]]
+
+
+_WALKED: dict[str, _Walked] = {}
 
 
 def check_module(
     api: CheckerPluginInterface, modules: Mapping[str, MypyFile], call: Context
 ) -> None:
     """Rules 1 and 2 at module level: what `call` performs with no handler around it
-    is reported (`UNHANDLED`). Each call is checked once, from its own hook, against
-    the handlers around it, found in one walk per module: linear in the module's
-    length."""
+    is reported (`UNHANDLED`); `call` may also be a property read. Each call is checked
+    once, from its own hook, against the handlers around it, found in one walk per
+    module: linear in the module's length. Calls no hook can see (`effax.jit(f)(x)`,
+    `(f if c else g)(x)`) are checked by the walk itself. Class bodies run at module
+    level too."""
     stack = scope_stack(api)
     if not stack or not isinstance(stack[0], MypyFile):
         return
-    if not all(isinstance(scope, LambdaExpr) for scope in stack[1:]):
+    if not all(isinstance(scope, LambdaExpr | TypeInfo) for scope in stack[1:]):
         return  # inside a function: its row, if any, is checked from `effax.uses`
-    if not isinstance(call, CallExpr):
+    if not isinstance(call, CallExpr | MemberExpr):
         return
     module = stack[0]
-    cached = _AROUND.get(module.fullname)
-    if cached is None or cached[0] is not module:
-        analysis = Analysis(modules, None, module.defs)
-        around: dict[int, Row | None] = {}
-        walker = Walker(analysis, lambda node, missing, who: None, around=around)
-        for statement in module.defs:
-            walker.visit(statement)
-        cached = _AROUND[module.fullname] = (module, analysis, around)
-    _, analysis, around = cached
-    if id(call) not in around:
+    walked = _WALKED.get(module.fullname)
+    if walked is None or walked.module is not module:
+        walked = _WALKED[module.fullname] = _walk(modules, module)
+    for node, missing, who in walked.pending.get(id(call), ()):
+        report_unhandled(api, node, missing, who)
+    if id(call) not in walked.around:
         return  # not reached by the walk: a lambda counted where it is called
-    handled = around[id(call)]
-    performed = analysis.performed(call)
+    handled = walked.around[id(call)]
+    performed: tuple[Row, str | None] | None
+    if isinstance(call, MemberExpr):
+        row = walked.analysis.property_row(call)
+        performed = (row, describe(call)) if row else None
+    else:
+        performed = walked.analysis.performed(call)
     if performed is None or handled is None:
         return
     row, who = performed
-    missing = row - handled
+    report_unhandled(api, call, row - handled, who)
+
+
+def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
+    analysis = Analysis(modules, None, module.defs)
+    walked = _Walked(module, analysis, {}, {})
+
+    def defer(node: Context, missing: Row, who: str | None) -> None:
+        # a call without a hook: report it from the hooks of the calls inside it (not
+        # now: the walk may run while mypy discards errors, in a trial inference)
+        assert isinstance(node, CallExpr)
+        for inner in calls_in(node):
+            walked.pending.setdefault(id(inner), []).append((node, missing, who))
+
+    walker = Walker(analysis, defer, around=walked.around)
+    for statement in module.defs:
+        walker.visit(statement)
+    return walked
+
+
+def calls_in(node: Node) -> Iterator[CallExpr]:
+    for child in children_of(node):
+        if isinstance(child, CallExpr) and hooked(child):
+            yield child
+        yield from calls_in(child)
+
+
+def report_unhandled(
+    api: CheckerPluginInterface, node: Context, missing: Row, who: str | None
+) -> None:
     if missing:
         message = (
             f"{subject(missing, who, passive=' performed', active='')} at module level, "
             'where no enclosing "with" handles it'
         )
-        api.fail(message, call, code=UNHANDLED)
+        api.fail(message, node, code=UNHANDLED)

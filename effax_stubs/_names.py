@@ -10,12 +10,15 @@ from mypy.nodes import (
     ARG_NAMED,
     ARG_POS,
     CallExpr,
+    Decorator,
     Expression,
+    FuncDef,
     ListExpr,
     RefExpr,
     TupleExpr,
     TypeInfo,
 )
+from mypy.types import CallableType, Instance, get_proper_type
 
 __all__ = [
     "FOREIGN_PACKAGES",
@@ -31,12 +34,16 @@ __all__ = [
     "TRANSPARENT_DECORATORS",
     "UNHASHABLE_CLASSES",
     "callable_arguments",
+    "HANDLER_ACCESS",
+    "METADATA",
     "callee_fullname",
     "callee_of",
     "effax_method",
     "effax_name",
+    "effect_operations",
     "function_argument",
     "has_star",
+    "is_handler_maker",
     "is_effect_class",
     "keyword",
     "kind_of",
@@ -149,6 +156,49 @@ def kind_of(info: TypeInfo) -> str | None:
 
 def is_effect_class(info: TypeInfo) -> bool:
     return any(effax_name(base.fullname) == "Effect" for base in info.mro)
+
+
+# A user-defined effect class (a subclass of `effax.Effect`) keeps the names of its
+# operations in its `TypeInfo.metadata[METADATA]["operations"]`, found when mypy
+# analyses the class (its methods calling `self.handler()`); mypy keeps the metadata
+# for other modules and in its incremental cache, where method bodies are gone.
+METADATA: Final = "effax"
+
+
+# `Effect`'s own methods that reach the innermost handler: a method of an effect
+# class calling one of these (or another operation of the class) is an operation
+HANDLER_ACCESS: Final = frozenset({"handler", "handler_for_write"})
+
+
+def effect_operations(info: TypeInfo) -> frozenset[str]:
+    """The operations of the effect class `info`: effax's own kinds' or, for a
+    user-defined effect, those recorded in its class's metadata (and its bases')."""
+    kind = kind_of(info)
+    if kind is not None:
+        return OPERATIONS[kind]
+    found: set[str] = set()
+    for base in info.mro:
+        found.update(base.metadata.get(METADATA, {}).get("operations", ()))
+    return frozenset(found)
+
+
+def is_handler_maker(info: TypeInfo, name: str) -> bool:
+    """Whether `name` of the effect class `info` makes a handler: one of effax's
+    makers, or a method of a user-defined effect annotated to return an
+    `effax.Handler`."""
+    if kind_of(info) is not None:
+        return name in HANDLER_MAKERS
+    symbol = info.get(name)
+    node = symbol.node if symbol is not None else None
+    if isinstance(node, Decorator):
+        node = node.func
+    typ = get_proper_type(node.type) if isinstance(node, FuncDef) else None
+    if not isinstance(typ, CallableType):
+        return False
+    returned = get_proper_type(typ.ret_type)
+    return isinstance(returned, Instance) and any(
+        effax_name(base.fullname) == "Handler" for base in returned.type.mro
+    )
 
 
 def callee_fullname(expr: Expression) -> str | None:

@@ -7,6 +7,7 @@ from typing import Final
 
 from mypy.nodes import (
     ARG_POS,
+    ARG_STAR,
     Block,
     CallExpr,
     ClassDef,
@@ -16,6 +17,7 @@ from mypy.nodes import (
     FuncDef,
     FuncItem,
     LambdaExpr,
+    ListExpr,
     MemberExpr,
     MypyFile,
     Node,
@@ -24,11 +26,12 @@ from mypy.nodes import (
     Statement,
     SuperExpr,
     SymbolNode,
+    TupleExpr,
     TypeInfo,
     Var,
     WithStmt,
 )
-from mypy.types import Instance, get_proper_type
+from mypy.types import Instance, TupleType, get_proper_type
 
 from ._marks import Declaration, declaration_in, declaration_of_type, handles_of_type, row_of_type
 from ._names import (
@@ -42,15 +45,17 @@ from ._names import (
     callable_arguments,
     callee_fullname,
     effax_name,
+    effect_operations,
     function_argument,
     has_star,
+    is_handler_maker,
     keyword,
     positional_args,
 )
 from ._report import Sink, describe
 from ._tree import Locals, binding_in_module, children_of, foreign_class, is_uses, transparent
 
-__all__ = ["Analysis", "Walker"]
+__all__ = ["Analysis", "Walker", "hooked"]
 
 
 class Analysis:
@@ -142,12 +147,35 @@ class Analysis:
         known (a row must be exact to check a body; a lower bound does for calls)."""
         found = set()
         for arg, kind in zip(call.args, call.arg_kinds, strict=True):
-            declaration = self.declaration(arg) if kind == ARG_POS else None
-            if declaration is not None:
-                found.add(declaration.fullname)
-            elif complete:
-                return None
+            items = self.star_items(arg) if kind == ARG_STAR else [arg] if kind == ARG_POS else []
+            if items is None:
+                if complete:
+                    return None
+                continue
+            for item in items:
+                declaration = item if isinstance(item, Declaration) else self.declaration(item)
+                if declaration is not None:
+                    found.add(declaration.fullname)
+                elif complete:
+                    return None
         return frozenset(found)
+
+    def star_items(self, expr: Expression, depth: int = 0) -> list[Expression | Declaration] | None:
+        """The effects in `*expr` (`effax.uses(*ROW)`): a tuple or list of them, written
+        there or held in a variable (whose type says them, from another module)."""
+        if depth > 20:
+            return None
+        if isinstance(expr, TupleExpr | ListExpr):
+            return list(expr.items)
+        if not isinstance(expr, RefExpr) or not isinstance(expr.node, Var):
+            return None
+        typ = get_proper_type(expr.node.type) if expr.node not in self.locals else None
+        if isinstance(typ, TupleType):
+            declarations = [declaration_of_type(item) for item in typ.items]
+            if all(d is not None for d in declarations):
+                return [d for d in declarations if d is not None]
+        value = self.value_of(expr)
+        return self.star_items(value, depth + 1) if value is not None else None
 
     def decorator_row(self, decorator: Decorator) -> Row | None:
         decorators = decorator.original_decorators or decorator.decorators
@@ -170,6 +198,14 @@ class Analysis:
             return self.demand_of(decorator.func)
         return row
 
+    def overload_row(self, overload: OverloadedFuncDef) -> Row | None:
+        """An overloaded function's row: its implementation's."""
+        if overload.is_property:
+            return None
+        if isinstance(overload.impl, Decorator):
+            return self.decorator_row(overload.impl)
+        return None
+
     def property_row(self, expr: MemberExpr) -> Row | None:
         """The row of the property `expr` reads, where it is one and has a row."""
         info = self.instance_class(expr.expr)
@@ -185,6 +221,8 @@ class Analysis:
         symbol = info.get(name)
         if symbol is not None and isinstance(symbol.node, Decorator):
             return self.decorator_row(symbol.node)
+        if symbol is not None and isinstance(symbol.node, OverloadedFuncDef):
+            return self.overload_row(symbol.node)
         if symbol is not None and isinstance(symbol.node, Var) and name != "__call__":
             # an attribute: a function with a row, or an object with a `__call__` row
             # (a submodule, Equinox-style: `self.body(x)`)
@@ -218,8 +256,12 @@ class Analysis:
         node = expr.node
         if isinstance(node, Decorator):
             return self.decorator_row(node)
+        if isinstance(node, TypeInfo):  # constructing: `__init__` runs
+            return self.member_row(node, "__init__")
         if isinstance(node, FuncDef):
             return self.demand_of(node) if node in self.nested else None
+        if isinstance(node, OverloadedFuncDef):
+            return self.overload_row(node)
         if isinstance(node, Var):
             if node not in self.locals:
                 row = row_of_type(node.type)
@@ -289,13 +331,12 @@ class Analysis:
         """The effect a handler expression handles, or None where it is not known."""
         if depth > 20:
             return None
-        if (
-            isinstance(expr, CallExpr)
-            and isinstance(expr.callee, MemberExpr)
-            and expr.callee.name in HANDLER_MAKERS
-        ):
-            declaration = self.declaration(expr.callee.expr)
-            return frozenset({declaration.fullname}) if declaration is not None else None
+        if isinstance(expr, CallExpr) and isinstance(expr.callee, MemberExpr):
+            name, receiver = expr.callee.name, expr.callee.expr
+            info = self.instance_class(receiver)
+            if name in HANDLER_MAKERS or (info is not None and is_handler_maker(info, name)):
+                declaration = self.declaration(receiver)
+                return frozenset({declaration.fullname}) if declaration is not None else None
         if isinstance(expr, RefExpr) and isinstance(expr.node, Var):
             if expr.node not in self.locals:
                 handles = handles_of_type(expr.node.type)
@@ -358,7 +399,15 @@ class Analysis:
         if isinstance(callee, MemberExpr):
             declaration = self.declaration(callee.expr)
             if declaration is not None:
-                if declaration.kind and callee.name in OPERATIONS[declaration.kind]:
+                info = self.instance_class(callee.expr)
+                operations = (
+                    OPERATIONS[declaration.kind]
+                    if declaration.kind
+                    else effect_operations(info)
+                    if info is not None
+                    else frozenset()
+                )
+                if callee.name in operations:
                     return frozenset({declaration.fullname}), None
                 return None
         fullname = callee_fullname(callee)
@@ -404,8 +453,10 @@ class Walker:
             if not node.is_unreachable:
                 for statement in node.body:
                     self.visit(statement)
-        elif isinstance(node, FuncDef | OverloadedFuncDef | ClassDef):
+        elif isinstance(node, FuncDef | OverloadedFuncDef):
             pass  # a nested def counts where it is called
+        elif isinstance(node, ClassDef):
+            self.visit(node.defs)  # a class body runs where the class is defined
         elif isinstance(node, Decorator):
             for expr in node.decorators:
                 self.visit(expr)
@@ -418,7 +469,9 @@ class Walker:
         elif isinstance(node, MemberExpr):
             self.visit(node.expr)
             row = self.analysis.property_row(node)  # reading a property runs its getter
-            if row and self.around is None and self.handled is not None:
+            if row and self.around is not None:
+                self.around[id(node)] = self.handled
+            elif row and self.handled is not None:
                 missing = row - self.handled
                 if missing:
                     self.sink(node, missing, describe(node))
@@ -462,8 +515,8 @@ class Walker:
                     self.visit(child.body)  # a lambda counts where it is handed over
             else:
                 self.visit(child)
-        if self.around is not None:
-            self.around[id(node)] = self.handled
+        if self.around is not None and hooked(node):
+            self.around[id(node)] = self.handled  # checked from its own hook
             performed = None
         else:
             performed = self.analysis.performed(node)
@@ -484,6 +537,12 @@ class Walker:
 
 
 _EXIT_STACKS: Final = frozenset({"contextlib.ExitStack", "contextlib.AsyncExitStack"})
+
+
+def hooked(call: CallExpr) -> bool:
+    """Whether mypy can call a plugin hook for `call`: its callee has a name. Others
+    (`effax.jit(f)(x)`, `(f if c else g)(x)`) are checked where they are walked."""
+    return isinstance(call.callee, RefExpr | LambdaExpr)
 
 
 def _user_function(callee: Expression) -> bool:

@@ -20,6 +20,7 @@ from mypy.nodes import (
     FuncItem,
     LambdaExpr,
     ListExpr,
+    MemberExpr,
     MypyFile,
     NameExpr,
     Node,
@@ -34,6 +35,7 @@ from mypy.nodes import (
 
 from ._names import (
     FOREIGN_PACKAGES,
+    HANDLER_ACCESS,
     HANDLER_CLASSES,
     RETURNING,
     TRANSPARENT_DECORATORS,
@@ -47,6 +49,7 @@ __all__ = [
     "binding_in_module",
     "blocks_of",
     "children_of",
+    "effect_operations_in",
     "foreign_class",
     "is_uses",
     "nodes_in",
@@ -207,3 +210,33 @@ def foreign_class(info: TypeInfo) -> bool:
     if effax_name(info.fullname) == "JitAwareContextVar":
         return True
     return info.fullname.partition(".")[0] in FOREIGN_PACKAGES
+
+
+def effect_operations_in(defn: ClassDef, inherited: frozenset[str]) -> frozenset[str]:
+    """The operations a user-defined effect class defines: its methods that call
+    `self.handler()` (or `handler_for_write`), or another operation of `self`."""
+    calls: dict[str, set[str]] = {}  # method name: the methods of `self` it calls
+    for statement in defn.defs.body:
+        function = statement.func if isinstance(statement, Decorator) else statement
+        if not isinstance(function, FuncDef) or not function.arguments:
+            continue
+        this = function.arguments[0].variable.name
+        called = calls.setdefault(function.name, set())
+        pending: list[Node] = [function.body]
+        while pending:
+            node = pending.pop()
+            if (
+                isinstance(node, CallExpr)
+                and isinstance(node.callee, MemberExpr)
+                and isinstance(node.callee.expr, NameExpr)
+                and node.callee.expr.name == this
+            ):
+                called.add(node.callee.name)
+            pending.extend(children_of(node))
+    found: set[str] = set()
+    while True:
+        known = HANDLER_ACCESS | inherited | found
+        new = {name for name, called in calls.items() if name not in found and called & known}
+        if not new:
+            return frozenset(found)
+        found |= new

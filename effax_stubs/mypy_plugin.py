@@ -69,18 +69,30 @@ from typing import Final
 
 from mypy.nodes import (
     ARG_POS,
+    ARG_STAR,
     AssignmentStmt,
     CallExpr,
     Decorator,
     MypyFile,
     NameExpr,
+    OverloadedFuncDef,
+    SymbolNode,
+    TypeInfo,
     Var,
 )
 from mypy.options import Options
-from mypy.plugin import FunctionContext, MethodContext, Plugin
-from mypy.types import CallableType, Type, get_proper_type
+from mypy.plugin import (
+    AttributeContext,
+    ClassDefContext,
+    FunctionContext,
+    MethodContext,
+    Plugin,
+)
+from mypy.plugins.functools import partial_call_callback, partial_new_callback
+from mypy.types import CallableType, TupleType, Type, get_proper_type
 
 from ._calls import check_function, check_module, scope_stack
+from ._rows import Analysis
 from ._marks import (
     EFFECT,
     HANDLES,
@@ -96,6 +108,7 @@ from ._marks import (
 from ._names import (
     HANDLER_MAKERS,
     KINDS,
+    METADATA,
     OPERATIONS,
     PERFORMING,
     RETURNING,
@@ -103,9 +116,13 @@ from ._names import (
     callee_of,
     effax_method,
     effax_name,
+    effect_operations,
+    is_effect_class,
+    is_handler_maker,
+    kind_of,
 )
 from ._report import DEBUG_VARIABLE, HANDLER_TYPE, UNDECLARED, UNHANDLED
-from ._tree import is_uses, top_level
+from ._tree import effect_operations_in, is_uses, top_level
 from ._values import check_value
 
 __all__ = ["HANDLER_TYPE", "SUPPORTED_MYPY", "UNDECLARED", "UNHANDLED", "plugin"]
@@ -140,8 +157,12 @@ class EffaxPlugin(Plugin):
             return self._handlers
         if (name is not None and name in PERFORMING) or fullname.startswith("effax.random."):
             return self._module_level
+        if fullname == "functools.partial":
+            return self._partial
         if self._has_row(fullname):
             return self._module_level
+        if self._user_effect(fullname) is not None:
+            return self._declare  # `events = Counter("events")`, a user-defined effect
         return None
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
@@ -153,8 +174,47 @@ class EffaxPlugin(Plugin):
             if name in HANDLER_MAKERS:
                 return self._handler
             return None
+        if fullname == "functools.partial.__call__":
+            return self._partial_call
         if self._has_row(fullname):
             return self._module_level
+        owner, _, name = fullname.rpartition(".")
+        info = self._user_effect(owner)
+        if info is not None:
+            if name in effect_operations(info):
+                return self._module_level
+            if is_handler_maker(info, name):
+                return self._handler
+        return None
+
+    def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
+        """Reading a property whose getter has a row performs it (checked here at
+        module level; inside functions, from their `effax.uses`)."""
+        return self._property_read if self._has_row(fullname) else None
+
+    def get_base_class_hook(self, fullname: str) -> Callable[[ClassDefContext], None] | None:
+        """A user-defined effect class: record its operations in its metadata."""
+        if effax_name(fullname) == "Effect" or self._user_effect(fullname) is not None:
+            return self._effect_class
+        return None
+
+    def _lookup(self, fullname: str) -> SymbolNode | None:
+        if "." not in fullname:
+            return None
+        symbol = self.lookup_fully_qualified(fullname)
+        return symbol.node if symbol is not None else None
+
+    def _user_effect(self, fullname: str) -> TypeInfo | None:
+        """The class `fullname` names, where it is a user-defined effect class."""
+        if fullname.startswith(("builtins.", "typing.", "effax.", "jax.", "numpy.")):
+            return None
+        try:
+            node = self._lookup(fullname)
+            if isinstance(node, TypeInfo) and is_effect_class(node) and kind_of(node) is None:
+                return node
+        except Exception:
+            if self._debug:
+                raise
         return None
 
     def _has_row(self, fullname: str) -> bool:
@@ -163,8 +223,12 @@ class EffaxPlugin(Plugin):
         if fullname.startswith(("builtins.", "typing.", "effax.", "jax.", "numpy.")):
             return False
         try:
-            symbol = self.lookup_fully_qualified(fullname) if "." in fullname else None
-            node = symbol.node if symbol is not None else None
+            node = self._lookup(fullname)
+            if isinstance(node, TypeInfo):  # a class whose `__init__` has a row
+                symbol = node.get("__init__")
+                node = symbol.node if symbol is not None else None
+            if isinstance(node, OverloadedFuncDef):  # an overload, or a property's setter
+                node = node.impl if node.impl is not None else node.items[0]
             if isinstance(node, Decorator):
                 if row_of_type(node.var.type) is not None:
                     return True
@@ -236,11 +300,16 @@ class EffaxPlugin(Plugin):
 
         def mark() -> None:
             row: set[str] = set()
-            for typ in ctx.arg_types[0] if ctx.arg_types else ():
-                declaration = declaration_of_type(typ)
-                if declaration is None:
-                    return
-                row.add(declaration.fullname)
+            if not ctx.arg_types:
+                return
+            for typ, kind in zip(ctx.arg_types[0], ctx.arg_kinds[0], strict=True):
+                star = get_proper_type(typ) if kind == ARG_STAR else None
+                # `effax.uses(*ROW)` with `ROW = (temperature, steps)`: the tuple's items
+                for item in star.items if isinstance(star, TupleType) else [typ]:
+                    declaration = declaration_of_type(item)
+                    if declaration is None:
+                        return
+                    row.add(declaration.fullname)
             decorator = get_proper_type(ctx.default_return_type)
             if isinstance(decorator, CallableType):
                 marked = with_marks(decorator.ret_type, row_marks(frozenset(row)))
@@ -262,6 +331,9 @@ class EffaxPlugin(Plugin):
             if not ctx.arg_types or not ctx.arg_types[0]:
                 return  # a decorator factory, e.g. effax.jit(static_argnames=...)
             row = row_of_type(ctx.arg_types[0][0])
+            if row is None and ctx.args and ctx.args[0]:
+                # no row in the type (an overloaded function): read the argument
+                row = Analysis(self._module_map(), None, []).row_of(ctx.args[0][0])
             if row is None:
                 return
             if handle:
@@ -273,6 +345,8 @@ class EffaxPlugin(Plugin):
             result[0] = with_marks(ctx.default_return_type, row_marks(row))
 
         self._guarded(mark)
+        # at module level, `effax.jit(f)(x)` is checked by the walk this starts
+        self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
         return result[0]
 
     def _handler(self, ctx: MethodContext) -> Type:
@@ -308,6 +382,39 @@ class EffaxPlugin(Plugin):
 
         self._guarded(mark)
         return result[0]
+
+    def _partial(self, ctx: FunctionContext) -> Type:
+        """`functools.partial(f, ...)`: mypy's own inference, with `f`'s row."""
+        result: list[Type] = [partial_new_callback(ctx)]
+
+        def mark() -> None:
+            row = row_of_type(ctx.arg_types[0][0]) if ctx.arg_types and ctx.arg_types[0] else None
+            if row is not None:
+                result[0] = with_marks(result[0], row_marks(row))
+
+        self._guarded(mark)
+        return result[0]
+
+    def _partial_call(self, ctx: MethodContext) -> Type:
+        """Calling a partial: mypy's own inference; a row is checked at module level."""
+        if row_of_type(ctx.type):
+            self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
+        return partial_call_callback(ctx)
+
+    def _property_read(self, ctx: AttributeContext) -> Type:
+        self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
+        return ctx.default_attr_type
+
+    def _effect_class(self, ctx: ClassDefContext) -> None:
+        def record() -> None:
+            info = ctx.cls.info
+            if kind_of(info) is not None:
+                return  # a subclass of effax's own kinds: their operations
+            inherited = frozenset().union(*(effect_operations(b) for b in info.mro[1:]))
+            operations = effect_operations_in(ctx.cls, inherited)
+            info.metadata[METADATA] = {"operations": sorted(operations)}
+
+        self._guarded(record)
 
     def _module_level(self, ctx: FunctionContext | MethodContext) -> Type:
         self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))

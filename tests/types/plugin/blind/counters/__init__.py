@@ -1,0 +1,1 @@
+"""User-defined effects: a counter carried through traced regions and a trace-time log."""

@@ -1,0 +1,1 @@
+"""Sampling helpers used through `import sampling.lib as lib`."""

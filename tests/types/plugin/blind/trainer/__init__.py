@@ -1,0 +1,1 @@
+"""A small training package: effects, layers, a loop and a script."""
