@@ -92,7 +92,6 @@ from mypy.plugins.functools import partial_call_callback, partial_new_callback
 from mypy.types import CallableType, TupleType, Type, get_proper_type
 
 from ._calls import check_function, check_module, scope_stack
-from ._rows import Analysis
 from ._marks import (
     EFFECT,
     HANDLES,
@@ -122,6 +121,7 @@ from ._names import (
     kind_of,
 )
 from ._report import DEBUG_VARIABLE, HANDLER_TYPE, UNDECLARED, UNHANDLED
+from ._rows import Analysis
 from ._tree import effect_operations_in, is_uses, top_level
 from ._values import check_value
 
