@@ -31,9 +31,13 @@ What the plugin understands, and where it stays silent rather than guess:
 
 - Effects are module-level declarations (``temperature = effax.Ask[float]("t")``),
   reached by any name: ``from mylib import temperature as t``, ``mylib.temperature``,
-  a module-level alias ``t = temperature``. Effects held in class attributes,
-  parameters, containers or made by functions are not tracked.
-- A function's row is what its ``@effax.uses(...)`` decorator says; rows are not
+  a module-level alias ``t = temperature``, a tuple spread into a row
+  (``effax.uses(*ROW)``). User-defined effects (subclasses of ``effax.Effect``) too:
+  their operations are the methods calling ``self.handler()``, their handler makers
+  the methods annotated to return an ``effax.Handler``. Effects held in class
+  attributes, parameters, containers or made by functions are not tracked.
+- A function's row is what its ``@effax.uses(...)`` decorator says (on a function, a
+  method, an overload's implementation, a property, an ``__init__``); rows are not
   inferred for functions without one, and calls to those are not checked. Inside a
   checked function, a nested ``def`` (or a ``lambda`` held in a variable) counts where
   it is called or handed to an effax control-flow wrapper, and a ``lambda`` written
@@ -43,14 +47,19 @@ What the plugin understands, and where it stays silent rather than guess:
   Any other context manager from user code may install handlers, so nothing under
   it is reported; those of the standard library, JAX, NumPy and pytest install none.
   A call to ``enter_context(...)`` or ``__enter__()`` silences the rest of its block.
+- Module level includes class bodies. A call there is checked from the hook mypy
+  calls for it, or, where mypy calls none (``effax.jit(f)(x)``), from the hook of a
+  call inside it; the handlers around each call come from one walk of the module.
 
 How: the plugin records what it learns in the types it returns (which effect a
 declaration or a handler is, which row a function has) as markers in
-``Instance.extra_attrs``, which mypy keeps for other modules and in its incremental
-cache; it reads the syntax tree only of the function or module being checked. It
-keeps no state between hooks, returns ``None`` from every hook that is not about
-effax, and a failure of its own analysis never fails the mypy run: the hook falls
-back to mypy's default behaviour (set ``EFFAX_MYPY_PLUGIN_DEBUG=1`` to raise
+``Instance.extra_attrs``, and a user-defined effect's operations in its class's
+``TypeInfo.metadata``; mypy keeps both for other modules and in its incremental
+cache. It reads the syntax tree only of the function or module being checked. It
+keeps nothing between hooks but one walk per module, returns ``None`` from every
+hook that is not about effax (``functools.partial``'s are mypy's own, with the
+row added), and a failure of its own analysis never fails the mypy run: the hook
+falls back to mypy's default behaviour (set ``EFFAX_MYPY_PLUGIN_DEBUG=1`` to raise
 instead). Supported mypy versions: `SUPPORTED_MYPY`; under any other version the
 plugin loads with no hooks and says so on stderr.
 
