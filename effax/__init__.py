@@ -24,7 +24,7 @@ from ._errors import (
     UndeclaredEffectError as UndeclaredEffectError,
     UnhandledEffectError as UnhandledEffectError,
 )
-from ._handle import handle as handle, jit as jit
+from ._handle import Compiled as Compiled, handle as handle, jit as jit
 from ._handlers import Handlers as Handlers, handlers as handlers
 from ._plumb import plumb_and_transform as plumb_and_transform
 from ._protocol import (

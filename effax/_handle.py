@@ -12,7 +12,7 @@ import functools as ft
 import inspect
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Any, ParamSpec, TypeVar, cast, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 import jax
 
@@ -26,6 +26,25 @@ __all__ = ["handle", "jit"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Compiled(Protocol[P, R_co]):
+    """The type of a compiled handled function, what ``effax.handle(fn, ...,
+    transform=...)`` and ``effax.jit(fn)`` return: `fn`'s signature, and the staging
+    methods a ``jax.jit`` function has.
+
+    ``trace`` and ``lower`` stage the program the handlers installed at that moment
+    would run (its handler values are explicit inputs and outputs) and return JAX's
+    own ``jax.stages.Traced`` and ``jax.stages.Lowered``. Nothing runs and no handler
+    changes.
+    """
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    def trace(self, *args: P.args, **kwargs: P.kwargs) -> jax.stages.Traced: ...
+
+    def lower(self, *args: P.args, **kwargs: P.kwargs) -> jax.stages.Lowered: ...
 
 
 # Functions handled without handlers of their own, by function (weakly) and
@@ -69,12 +88,26 @@ def _transform_key(transform: Transform) -> Hashable | None:
     return key
 
 
+@overload
+def handle(
+    fn: Callable[P, R],
+    *handlers: Handler[Any],
+    transform: None = None,
+    donate_state: bool = False,
+) -> Callable[P, R]: ...
+@overload
+def handle(
+    fn: Callable[P, R],
+    *handlers: Handler[Any],
+    transform: Transform,
+    donate_state: bool = False,
+) -> Compiled[P, R]: ...
 def handle(
     fn: Callable[P, R],
     *handlers: Handler[Any],
     transform: Transform | None = None,
     donate_state: bool = False,
-) -> Callable[P, R]:
+) -> Callable[P, R] | Compiled[P, R]:
     """Run `fn` under `handlers`, optionally across a JAX transformation.
 
     Returns a function with `fn`'s signature. On each call, `handlers` are installed
@@ -103,8 +136,8 @@ def handle(
     place, and the array it held before the call is deleted afterwards. The
     results are those of the call without donation.
 
-    A compiled handled function has ``.trace(*args, **kwargs)`` and
-    ``.lower(*args, **kwargs)``, as a ``jax.jit`` function does: they stage the
+    A compiled handled function (typed `Compiled`) has ``.trace(*args, **kwargs)``
+    and ``.lower(*args, **kwargs)``, as a ``jax.jit`` function does: they stage the
     program the handlers installed at that moment would run (its handler values
     are explicit inputs and outputs) and return JAX's own ``Traced`` and
     ``Lowered`` (``.lower(x).compile().cost_analysis()``, ``.as_text()``, ...).
@@ -182,7 +215,7 @@ def handle(
         # what a caller of the handled function must handle: fn's row minus ours
         own = {h.effect for h in handlers}
         entry.__effax_row__ = tuple(e for e in declared if e not in own)  # type: ignore[attr-defined]
-    return cast("Callable[P, R]", entry)
+    return cast("Compiled[P, R]", entry) if function is not None else cast("Callable[P, R]", entry)
 
 
 class _Attributes(dict[str, Any]):
@@ -215,14 +248,14 @@ def _suspending(fn: Callable[..., Any]) -> str | None:
 @overload
 def jit(
     fn: Callable[P, R], /, *, donate_state: bool = False, **jit_kwargs: Any
-) -> Callable[P, R]: ...
+) -> Compiled[P, R]: ...
 @overload
 def jit(
     fn: None = None, /, *, donate_state: bool = False, **jit_kwargs: Any
-) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+) -> Callable[[Callable[P, R]], Compiled[P, R]]: ...
 def jit(
     fn: Callable[P, R] | None = None, /, *, donate_state: bool = False, **jit_kwargs: Any
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Compiled[P, R] | Callable[[Callable[P, R]], Compiled[P, R]]:
     """``effax.handle(fn, transform=functools.partial(jax.jit, **jit_kwargs),
     donate_state=donate_state)``.
 

@@ -275,6 +275,8 @@ class Analysis:
             info = self.instance_class(expr)
             return self.member_row(info, "__call__") if info is not None else None
         if isinstance(expr, MemberExpr):
+            if expr.name in _STAGING and self.compiled(expr.expr):
+                return self.row_of(expr.expr, depth + 1)  # tracing performs the row
             if isinstance(expr.expr, RefExpr) and isinstance(expr.expr.node, TypeInfo):
                 return self.member_row(expr.expr.node, expr.name)
             info = self.instance_class(expr.expr)
@@ -314,6 +316,15 @@ class Analysis:
         if isinstance(callee, RefExpr) and callee.node in self.class_objects:  # cls(...)(x)
             return self.member_row(self.self_class[callee.node], "__call__")
         return None
+
+    def compiled(self, expr: Expression) -> bool:
+        """Whether `expr` is a compiled handled function (`effax.Compiled`)."""
+        if isinstance(expr, CallExpr):
+            callee = expr.callee.callee if isinstance(expr.callee, CallExpr) else expr.callee
+            name = effax_name(callee_fullname(callee))
+            return name == "jit" or (name == "handle" and keyword(expr, "transform") is not None)
+        info = self.instance_class(expr)
+        return info is not None and effax_name(info.fullname) == "Compiled"
 
     def demand_of(self, function: FuncItem) -> Row:
         """The effects a nested function or lambda performs and does not handle."""
@@ -537,6 +548,10 @@ class Walker:
 
 
 _EXIT_STACKS: Final = frozenset({"contextlib.ExitStack", "contextlib.AsyncExitStack"})
+
+
+# a compiled handled function's methods that trace it (under the handlers around them)
+_STAGING: Final = frozenset({"trace", "lower"})
 
 
 def hooked(call: CallExpr) -> bool:

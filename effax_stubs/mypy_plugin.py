@@ -185,9 +185,11 @@ class EffaxPlugin(Plugin):
             return None
         if fullname == "functools.partial.__call__":
             return self._partial_call
+        owner, _, name = fullname.rpartition(".")
+        if effax_name(owner) == "Compiled" and name in ("__call__", "trace", "lower"):
+            return self._module_level  # a compiled handled function, `effax.jit(f)`
         if self._has_row(fullname):
             return self._module_level
-        owner, _, name = fullname.rpartition(".")
         info = self._user_effect(owner)
         if info is not None:
             if name in effect_operations(info):

@@ -6,6 +6,7 @@ fails the check).
 """
 
 import functools as ft
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -64,7 +65,14 @@ assert_type(
     fx.handle(model, transform=ft.partial(jax.jit, static_argnames="scale"))(jnp.ones(2)),
     tuple[jax.Array, int],
 )
-fx.handle(model, counter)  # type: ignore[arg-type]
+fx.handle(model, counter)  # type: ignore[call-overload]
+
+# a compiled handled function stages like a jax.jit one, with fn's parameters
+assert_type(handled.lower(jnp.ones(2), scale=2.0), jax.stages.Lowered)
+assert_type(fx.jit(model).trace(jnp.ones(2)), jax.stages.Traced)
+fx.jit(model).lower("x")  # type: ignore[arg-type]
+fx.handle(model).lower(jnp.ones(2))  # type: ignore[attr-defined]
+compiled: Callable[[jax.Array], tuple[jax.Array, int]] = fx.jit(model)  # still a callable
 
 # the low-level primitives
 x_var = fx.JitAwareContextVar[float]("x")

@@ -2,6 +2,8 @@
 
 from typing import Any
 
+import jax
+
 import mylib
 import effax as fx
 from mylib import noisy, scaled, steps, temperature, tick
@@ -74,3 +76,19 @@ def calls_decorated() -> int:
 @fx.uses()
 def unknown_handler() -> float:
     return fx.handle(scaled, make_handler())(1.0)
+
+
+# case: tracing or lowering a compiled function performs its row (its trace looks the handlers up)
+@fx.uses()
+def lowered_outside() -> None:
+    mylib.fast_scaled.lower(1.0)  # E: effax-undeclared: "lower" performs effect "temperature"
+    fx.jit(tick).trace()  # E: effax-undeclared: "trace" performs effect "steps"
+    with temperature.provide(1.0):
+        mylib.fast_scaled.lower(1.0).compile()
+    fx.handle(scaled, transform=jax.jit).trace(1.0)  # E: effax-undeclared: performs effect "temperature"
+
+
+fast_tick = fx.jit(tick)
+fast_tick.lower()  # E: effax-unhandled: "lower" performs effect "steps" at module level
+with steps.init(0):
+    fast_tick.lower()
