@@ -113,9 +113,9 @@ def check_module(
     """Rules 1 and 2 at module level: what `call` performs with no handler around it
     is reported (`UNHANDLED`); `call` may also be a property read. Each call is checked
     once, from its own hook, against the handlers around it, found in one walk per
-    module: linear in the module's length. Calls no hook can see (`effax.jit(f)(x)`,
-    `(f if c else g)(x)`) are checked by the walk itself. Class bodies run at module
-    level too."""
+    module: linear in the module's length. A call no hook sees (`effax.jit(f)(x)`) is
+    checked by the walk and reported from the hooks of the calls inside it. Class
+    bodies run at module level too."""
     stack = scope_stack(api)
     if not stack or not isinstance(stack[0], MypyFile):
         return
