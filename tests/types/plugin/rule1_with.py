@@ -134,3 +134,13 @@ def discarded() -> None:
 def discarded_other() -> float:
     with log.discard():
         return temperature.ask()  # E: effax-undeclared
+
+
+# case: `with a, b:` evaluates b under a (it is `with a: with b:`)
+@fx.uses()
+def items_in_order() -> float:
+    with temperature.provide(1.0), steps.init(int(scaled(1.0))):
+        total = scaled(2.0) + steps.get()
+    with steps.init(int(scaled(1.0))), temperature.provide(1.0):  # E: effax-undeclared: "scaled" performs effect "temperature"
+        total += scaled(2.0)
+    return total
