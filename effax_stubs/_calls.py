@@ -21,8 +21,9 @@ from mypy.plugin import CheckerPluginInterface
 
 from ._names import Row
 from ._report import UNDECLARED, UNHANDLED, describe, short, subject
-from ._rows import Analysis, Walker, hooked
+from ._rows import Analysis
 from ._tree import children_of, is_uses, top_level
+from ._walker import Walker, hooked
 
 __all__ = ["check_function", "check_module", "find_decorator", "scope_stack"]
 

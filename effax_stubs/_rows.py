@@ -1,4 +1,5 @@
-"""Rows: what a function body or module top level performs, handles and declares."""
+"""Rows: what a function body or module top level performs, handles and declares
+(the walk itself, with the handlers around each call, is `_walker`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ from typing import Final
 from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
-    Block,
     CallExpr,
-    ClassDef,
     ConditionalExpr,
     Decorator,
     Expression,
@@ -20,7 +19,6 @@ from mypy.nodes import (
     ListExpr,
     MemberExpr,
     MypyFile,
-    Node,
     OverloadedFuncDef,
     RefExpr,
     Statement,
@@ -29,7 +27,6 @@ from mypy.nodes import (
     TupleExpr,
     TypeInfo,
     Var,
-    WithStmt,
 )
 from mypy.types import Instance, TupleType, get_proper_type
 
@@ -52,10 +49,11 @@ from ._names import (
     keyword,
     positional_args,
 )
-from ._report import Sink, describe
-from ._tree import Locals, binding_in_module, children_of, foreign_class, is_uses, transparent
+from ._report import describe
+from ._tree import Locals, binding_in_module, foreign_class, is_uses, transparent
+from ._walker import Walker
 
-__all__ = ["Analysis", "Walker", "hooked"]
+__all__ = ["Analysis"]
 
 
 class Analysis:
@@ -444,128 +442,5 @@ class Analysis:
         return (row, describe(callee)) if row else None
 
 
-class Walker:
-    """Walks statements, tracking the handlers that enclosing `with`s install, and
-    passes what each call performs and no handler covers to `sink`."""
-
-    def __init__(
-        self, analysis: Analysis, sink: Sink, *, around: dict[int, Row | None] | None = None
-    ) -> None:
-        self.analysis = analysis
-        self.sink = sink
-        # with `around`: record the handlers around each call (by id) instead of
-        # checking it (the module-level check then checks each call from its hook)
-        self.around = around
-        self.handled: Row | None = frozenset()  # None: anything may be handled
-        self.exit_stacks: set[SymbolNode | None] = set()  # `with ExitStack() as <these>`
-
-    def visit(self, node: Node) -> None:
-        if isinstance(node, Block):
-            if not node.is_unreachable:
-                for statement in node.body:
-                    self.visit(statement)
-        elif isinstance(node, FuncDef | OverloadedFuncDef):
-            pass  # a nested def counts where it is called
-        elif isinstance(node, ClassDef):
-            self.visit(node.defs)  # a class body runs where the class is defined
-        elif isinstance(node, Decorator):
-            for expr in node.decorators:
-                self.visit(expr)
-        elif isinstance(node, LambdaExpr):
-            pass  # counts where it is called or passed to a call: see visit_call
-        elif isinstance(node, WithStmt):
-            self.visit_with(node)
-        elif isinstance(node, CallExpr):
-            self.visit_call(node)
-        elif isinstance(node, MemberExpr):
-            self.visit(node.expr)
-            row = self.analysis.property_row(node)  # reading a property runs its getter
-            if row and self.around is not None:
-                self.around[id(node)] = self.handled
-            elif row and self.handled is not None:
-                missing = row - self.handled
-                if missing:
-                    self.sink(node, missing, describe(node))
-        else:
-            for child in children_of(node):
-                self.visit(child)
-
-    def visit_with(self, node: WithStmt) -> None:
-        # `with a, b:` is `with a: with b:`: each item is evaluated under the ones before
-        outer = self.handled
-        for expr, target in zip(node.expr, node.target, strict=True):
-            self.visit(expr)
-            if (
-                isinstance(target, RefExpr)
-                and isinstance(expr, CallExpr)
-                and callee_fullname(expr.callee) in _EXIT_STACKS
-            ):
-                self.exit_stacks.add(target.node)
-            row = self.analysis.installed(expr)
-            if self.handled is not None:
-                self.handled = None if row is None else self.handled | row
-        self.visit(node.body)
-        self.handled = outer
-
-    def visit_call(self, node: CallExpr) -> None:
-        name = effax_name(callee_fullname(node.callee))
-        skip: Expression | None = None
-        declaring = isinstance(node.callee, CallExpr) and is_uses(node.callee)  # uses(...)(f)
-        if name == "handle" or name in RETURNING or declaring:
-            function = function_argument(node)
-            if isinstance(function, LambdaExpr):
-                skip = function  # performed where the returned function is called
-        # A lambda handed to a function of the user's own counts where that function
-        # calls it (which may be under its own handler, or later): not here. Handed
-        # to anything else (an effax operation, JAX, a builtin) it counts here.
-        user_function = _user_function(node.callee)
-        for child in [node.callee, *node.args]:
-            if isinstance(child, LambdaExpr):
-                if child is not skip and not user_function:
-                    self.visit(child.body)  # a lambda counts where it is handed over
-            else:
-                self.visit(child)
-        if self.around is not None and hooked(node):
-            self.around[id(node)] = self.handled  # checked from its own hook
-            performed = None
-        else:
-            performed = self.analysis.performed(node)
-        if performed is not None and self.handled is not None:
-            row, who = performed
-            missing = row - self.handled
-            if missing:
-                self.sink(node, missing, who)
-        callee = node.callee
-        if isinstance(callee, MemberExpr) and callee.name in (
-            "enter_context",
-            "enter_async_context",
-            "__enter__",
-        ):
-            self.handled = None  # handlers installed by hand, for the rest of the block
-        elif any(isinstance(a, RefExpr) and a.node in self.exit_stacks for a in node.args):
-            self.handled = None  # an ExitStack handed to a helper, which may enter handlers
-
-
-_EXIT_STACKS: Final = frozenset({"contextlib.ExitStack", "contextlib.AsyncExitStack"})
-
-
 # a compiled handled function's methods that trace it (under the handlers around them)
 _STAGING: Final = frozenset({"trace", "lower"})
-
-
-def hooked(call: CallExpr) -> bool:
-    """Whether mypy can call a plugin hook for `call`: its callee has a name. Others
-    (`effax.jit(f)(x)`, `(f if c else g)(x)`) are checked where they are walked."""
-    return isinstance(call.callee, RefExpr | LambdaExpr)
-
-
-def _user_function(callee: Expression) -> bool:
-    """Whether `callee` names a function defined in the user's code (not effax's, not
-    a library's that `FOREIGN_PACKAGES` lists)."""
-    if not isinstance(callee, RefExpr):
-        return False
-    node = callee.node
-    if not isinstance(node, FuncDef | Decorator | OverloadedFuncDef):
-        return False
-    package = node.fullname.partition(".")[0]
-    return package != "effax" and package not in FOREIGN_PACKAGES

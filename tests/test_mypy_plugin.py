@@ -340,16 +340,16 @@ def test_module_level_code_is_walked_once_per_module(tmp_path, monkeypatch):
     (before: every call walked the whole module, 5.6x mypy's own time at 200 lines)."""
     from mypy import api
 
-    from effax_stubs import _rows
+    from effax_stubs import _walker
 
     walks = []
-    original = _rows.Walker.__init__
+    original = _walker.Walker.__init__
 
     def counted(self, *args, **kwargs):
         walks.append(kwargs.get("around") is not None)
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(_rows.Walker, "__init__", counted)
+    monkeypatch.setattr(_walker.Walker, "__init__", counted)
     programs = []
     for n in (10, 200):  # two modules, one mypy run: one walk each, whatever their length
         lines = [
