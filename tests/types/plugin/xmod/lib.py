@@ -1,6 +1,7 @@
 """A library module of the `xmod` package: no cases, mypy must report nothing here."""
 
 import functools
+from collections.abc import Callable
 from typing import Any, Final, overload
 
 import effax as fx
@@ -21,6 +22,7 @@ def scale(factor: float, x: float) -> float:
 double = functools.partial(scale, 2.0)  # performs what `scale` performs
 keyed_double = functools.partial(scale, factor=2.0)
 warm = fx.uses(temperature)(lambda x: x * temperature.ask())
+bump: Callable[[], int] = lambda: steps.get() + 1  # no row: a lambda's type cannot carry one
 
 
 @overload

@@ -92,6 +92,12 @@ def rowed_lambda() -> float:
     return float(warm(1.0))  # E: effax-undeclared: "warm" performs effect "temperature"
 
 
+# case: a lambda kept in another module's variable is not seen (docs/typing.md)
+@fx.uses()
+def lambda_elsewhere() -> int:
+    return lib.bump()  # limit: it performs "steps", which no row here names
+
+
 # case: module-level uses of what another module made
 double(1.0)  # E: effax-unhandled: "double" performs effect "temperature"
 events.tick()  # E: effax-unhandled: Effect "events"
