@@ -197,6 +197,7 @@ def test_no_reports_on_the_package_examples_and_docs(tmp_path):
         ROOT / "effax",
         ROOT / "effax_stubs",
         *sorted((ROOT / "examples").glob("*.py")),
+        *sorted((ROOT / "tests" / "types").glob("*.py")),  # the typed test files
         docs,
         *pages,
     )

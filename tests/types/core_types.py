@@ -21,21 +21,31 @@ params = fx.State[jax.Array]("params")
 dropout = fx.RandomKey("dropout")
 losses = fx.Emit[jax.Array]("losses")
 
-# operations carry the declared types
-assert_type(temperature.ask(), float)
-assert_type(config.ask(), tuple[int, str])
-assert_type(counter.get(), int)
-assert_type(counter.modify(lambda n: n + 1), int)
-assert_type(dropout.next_key(), jax.Array)
-assert_type(fx.random.normal((2,)), jax.Array)
-losses.emit(jnp.ones(()))
+# operations carry the declared types (under handlers: the mypy plugin checks this
+# file too, and an unhandled operation at module level is its `effax-unhandled`)
+every_handler = fx.handlers(
+    temperature.provide(1.0),
+    config.provide((1, "a")),
+    counter.init(0),
+    dropout.seed(0),
+    fx.rng.seed(0),
+    losses.collect(),
+)
+with every_handler:
+    assert_type(temperature.ask(), float)
+    assert_type(config.ask(), tuple[int, str])
+    assert_type(counter.get(), int)
+    assert_type(counter.modify(lambda n: n + 1), int)
+    assert_type(dropout.next_key(), jax.Array)
+    assert_type(fx.random.normal((2,)), jax.Array)
+    losses.emit(jnp.ones(()))
 
-# wrong values are errors
-counter.set("x")  # type: ignore[arg-type]
-temperature.provide("x")  # type: ignore[arg-type]
-counter.init("x")  # type: ignore[arg-type]
-losses.emit("x")  # type: ignore[arg-type]
-counter.modify(lambda n: str(n))  # type: ignore[arg-type, return-value]
+    # wrong values are errors
+    counter.set("x")  # type: ignore[arg-type]
+    temperature.provide("x")  # type: ignore[arg-type]
+    counter.init("x")  # type: ignore[arg-type]
+    losses.emit("x")  # type: ignore[arg-type]
+    counter.modify(lambda n: str(n))  # type: ignore[arg-type, return-value]
 
 # handlers carry the types too
 assert_type(temperature.provide(0.5), fx.Provider[float])
