@@ -120,9 +120,27 @@ def run_mypy(*targets, config=CONFIG, cache_dir=os.devnull, cwd=ROOT, log=None):
     return reported
 
 
-@pytest.fixture(scope="module")
-def corpus_report():
-    return run_mypy(CORPUS)
+@pytest.fixture(scope="session")
+def library_cache(tmp_path_factory):
+    """A mypy cache of the libraries the checked programs import (jax, effax, Equinox,
+    Flax, optax), made once per test process (~15 s). Each run below starts from a
+    copy of it (`cache_copy`), so only the modules under test are checked, cold."""
+    root = tmp_path_factory.mktemp("library_cache")
+    (root / "libraries.py").write_text(
+        "import effax\nimport equinox\nimport flax.nnx\nimport optax\n"
+    )
+    run_mypy(root / "libraries.py", cache_dir=root / "cache")
+    return root / "cache"
+
+
+def cache_copy(library_cache, folder):
+    shutil.copytree(library_cache, folder / "mypy_cache")
+    return folder / "mypy_cache"
+
+
+@pytest.fixture(scope="session")
+def corpus_report(library_cache, tmp_path_factory):
+    return run_mypy(CORPUS, cache_dir=cache_copy(library_cache, tmp_path_factory.mktemp("corpus")))
 
 
 def check(reported, expected):
@@ -181,7 +199,7 @@ def docs_code(page):
     return "\n\n".join(body)
 
 
-def test_no_reports_on_the_package_examples_and_docs(tmp_path):
+def test_no_reports_on_the_package_examples_and_docs(tmp_path, library_cache):
     docs = tmp_path / "docs_typing.py"
     docs.write_text(docs_code(ROOT / "docs" / "typing.md"))
     assert "@fx.uses(" in docs.read_text()
@@ -200,6 +218,7 @@ def test_no_reports_on_the_package_examples_and_docs(tmp_path):
         *sorted((ROOT / "tests" / "types").glob("*.py")),  # the typed test files
         docs,
         *pages,
+        cache_dir=cache_copy(library_cache, tmp_path),
     )
     plugin_reports = {
         path: [r for r in errors if r[1] in PLUGIN_CODES] for path, errors in reported.items()
@@ -212,12 +231,12 @@ def test_no_reports_on_the_package_examples_and_docs(tmp_path):
         assert not (path == docs.resolve() and errors), (path, errors)
 
 
-def test_incremental_runs_report_what_cold_runs_report(tmp_path, corpus_report):
+def test_incremental_runs_report_what_cold_runs_report(tmp_path, corpus_report, library_cache):
     """The whole corpus checked again with its helper modules (libraries, cross-module
     packages) loaded from mypy's incremental cache: the same reports as a cold run."""
     corpus = tmp_path / "plugin"
     shutil.copytree(CORPUS, corpus)
-    cache = tmp_path / "cache"
+    cache = cache_copy(library_cache, tmp_path)
     logs: list[str] = []
     runs = []
     for edit in range(2):
@@ -232,56 +251,6 @@ def test_incremental_runs_report_what_cold_runs_report(tmp_path, corpus_report):
     assert runs[1] == cold
     for helper in ["mylib", "xmod.lib", "counters.effect", "trainer.layers"]:
         assert f"Metadata fresh for {helper}:" in logs[1], helper
-
-
-def test_rows_cross_mypys_incremental_cache(tmp_path):
-    """Declarations and rows of a module that mypy loads from its cache still count."""
-    (tmp_path / "lib.py").write_text(
-        textwrap.dedent(
-            """
-            from typing import Final
-            import effax as fx
-            temperature = fx.Ask[float]("temperature")
-            alias = temperature
-            steps: Final[fx.State[int]] = fx.State[int]("steps")
-            @fx.uses(temperature)
-            def scaled(x: float) -> float:
-                return x * alias.ask()
-            fast = fx.jit(scaled)
-            @fx.uses(steps)
-            def tick() -> int:
-                return steps.get()
-            """
-        )
-    )
-    user = tmp_path / "user.py"
-    program = textwrap.dedent(
-        """
-        import effax as fx
-        from lib import alias, fast, scaled, steps, temperature, tick
-        @fx.uses()
-        def entry() -> float:
-            with temperature.provide(1.0):
-                scaled(1.0)
-            return fast(1.0) + alias.ask() + tick() + steps.get()
-        """
-    )
-    expected = [
-        Expected(8, "effax-undeclared", '"fast"'),
-        Expected(8, "effax-undeclared", 'Effect "temperature"'),
-        Expected(8, "effax-undeclared", '"tick"'),
-        Expected(8, "effax-undeclared", 'Effect "steps"'),
-    ]
-    config = tmp_path / "mypy.ini"
-    config.write_text(CONFIG.read_text())
-    cache = tmp_path / "cache"
-    logs: list[str] = []
-    for edit in range(2):  # the second run loads lib from the cache
-        user.write_text(program + "#" * edit)
-        reported = run_mypy(user, config=config, cache_dir=cache, cwd=tmp_path, log=logs)
-        check(reported.get(user.resolve(), []), expected)
-    assert "Metadata fresh for lib:" not in logs[0]
-    assert "Metadata fresh for lib:" in logs[1]
 
 
 # --- the plugin object ----------------------------------------------------------------
@@ -347,7 +316,7 @@ def test_a_failing_analysis_falls_back_to_mypys_behaviour(monkeypatch):
 # --- cost -----------------------------------------------------------------------------
 
 
-def test_module_level_code_is_walked_once_per_module(tmp_path, monkeypatch):
+def test_module_level_code_is_walked_once_per_module(tmp_path, monkeypatch, library_cache):
     """Each module-level call is checked from its own hook against handlers found in
     one walk of the module, so the plugin's work grows linearly with the module
     (before: every call walked the whole module, 5.6x mypy's own time at 200 lines)."""
@@ -379,7 +348,12 @@ def test_module_level_code_is_walked_once_per_module(tmp_path, monkeypatch):
         program = tmp_path / f"module_{n}.py"
         program.write_text("\n".join(lines) + "\n")
         programs.append((program, len(lines)))
-    options = ["--config-file", str(CONFIG), "--no-incremental", "--cache-dir", os.devnull]
+    options = [
+        "--config-file",
+        str(CONFIG),
+        "--cache-dir",
+        str(cache_copy(library_cache, tmp_path)),
+    ]
     out, _, _ = api.run([*options, "--show-error-codes", *(str(p) for p, _ in programs)])
     assert walks.count(True) == 2, len(walks)  # one walk per module
     assert out.count("[effax-unhandled]") == 2, out
