@@ -22,7 +22,7 @@ from mypy.plugin import CheckerPluginInterface
 from ._names import Row
 from ._report import UNDECLARED, UNHANDLED, describe, short, subject
 from ._rows import Analysis
-from ._tree import children_of, is_uses, top_level
+from ._tree import descendants, is_uses, top_level
 from ._walker import Walker, hooked
 
 __all__ = ["check_function", "check_module", "find_decorator", "scope_stack"]
@@ -163,10 +163,7 @@ def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
 
 
 def calls_in(node: Node) -> Iterator[CallExpr]:
-    for child in children_of(node):
-        if isinstance(child, CallExpr) and hooked(child):
-            yield child
-        yield from calls_in(child)
+    return (n for n in descendants(node) if isinstance(n, CallExpr) and hooked(n))
 
 
 def report_unhandled(

@@ -410,11 +410,9 @@ class Analysis:
             if declaration is not None:
                 info = self.instance_class(callee.expr)
                 operations = (
-                    OPERATIONS[declaration.kind]
-                    if declaration.kind
-                    else effect_operations(info)
+                    effect_operations(info)  # effax's kinds' or a user effect's
                     if info is not None
-                    else frozenset()
+                    else OPERATIONS.get(declaration.kind or "", frozenset())
                 )
                 if callee.name in operations:
                     return frozenset({declaration.fullname}), None

@@ -49,6 +49,7 @@ __all__ = [
     "binding_in_module",
     "blocks_of",
     "children_of",
+    "descendants",
     "effect_operations_in",
     "foreign_class",
     "is_uses",
@@ -105,6 +106,14 @@ CHILDREN: Final = (
 def children_of(node: Node) -> Iterator[Node]:
     for name in CHILDREN:
         yield from nodes_in(getattr(node, name, None))
+
+
+def descendants(node: Node) -> Iterator[Node]:
+    """Every node below `node` (lambda bodies included; `node` references are not
+    followed, see `CHILDREN`)."""
+    for child in children_of(node):
+        yield child
+        yield from descendants(child)
 
 
 def nodes_in(value: object) -> Iterator[Node]:
@@ -221,18 +230,14 @@ def effect_operations_in(defn: ClassDef, inherited: frozenset[str]) -> frozenset
         if not isinstance(function, FuncDef) or not function.arguments:
             continue
         this = function.arguments[0].variable.name
-        called = calls.setdefault(function.name, set())
-        pending: list[Node] = [function.body]
-        while pending:
-            node = pending.pop()
-            if (
-                isinstance(node, CallExpr)
-                and isinstance(node.callee, MemberExpr)
-                and isinstance(node.callee.expr, NameExpr)
-                and node.callee.expr.name == this
-            ):
-                called.add(node.callee.name)
-            pending.extend(children_of(node))
+        calls[function.name] = {
+            node.callee.name
+            for node in descendants(function.body)
+            if isinstance(node, CallExpr)
+            and isinstance(node.callee, MemberExpr)
+            and isinstance(node.callee.expr, NameExpr)
+            and node.callee.expr.name == this
+        }
     found: set[str] = set()
     while True:
         known = HANDLER_ACCESS | inherited | found

@@ -144,6 +144,10 @@ SUPPORTED_MYPY: Final = ((1, 20), (2, 5))
 # --- the plugin ----------------------------------------------------------------------
 
 
+# where no function with a row or user-defined effect can be: not looked up
+_NOT_USER_CODE: Final = ("builtins.", "typing.", "effax.", "jax.", "numpy.")
+
+
 class EffaxPlugin(Plugin):
     """Checks effect rows; see the module docstring."""
 
@@ -218,7 +222,7 @@ class EffaxPlugin(Plugin):
 
     def _user_effect(self, fullname: str) -> TypeInfo | None:
         """The class `fullname` names, where it is a user-defined effect class."""
-        if fullname.startswith(("builtins.", "typing.", "effax.", "jax.", "numpy.")):
+        if fullname.startswith(_NOT_USER_CODE):
             return None
         try:
             node = self._lookup(fullname)
@@ -232,7 +236,7 @@ class EffaxPlugin(Plugin):
     def _has_row(self, fullname: str) -> bool:
         """Whether `fullname` names a function with an effect row (a call of one is
         checked here at module level; inside functions, from their `effax.uses`)."""
-        if fullname.startswith(("builtins.", "typing.", "effax.", "jax.", "numpy.")):
+        if fullname.startswith(_NOT_USER_CODE):
             return False
         try:
             node = self._lookup(fullname)
