@@ -59,6 +59,23 @@ class Ask(Effect["Provider[T]"], Generic[T]):
                 ) from None
         return Provider(self, value)
 
+    def uncompilable_fix(self, where: str) -> str:
+        return (
+            f"Declare the effect with static=True (`Ask[...]({self.name!r}, static=True)`) "
+            "to pass a hashable Python value as part of the cache key, or provide an array."
+        )
+
+    def traced_value_hint(self) -> str:
+        if self.static:  # already a Python constant inside
+            return ""
+        return (
+            f"{self!r} crosses the compiled call as a traced input, so its value is not "
+            "known to Python control flow (if, while, int(), indexing with it) while "
+            f"tracing. Declare it with static=True (`Ask[...]({self.name!r}, "
+            "static=True)`): its value is then a Python constant and part of the cache "
+            "key (a new value retraces); or use jnp.where / effax.cond on it."
+        )
+
 
 @attrs.define(eq=False)
 class Provider(Handler[Ask[T]]):

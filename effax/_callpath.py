@@ -23,26 +23,24 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from . import _context, _trace, _warmpath
+from ._boundary import unplumbable
 from ._effect import Effect
-from ._environment import Plan, Resolved, flat_inputs, plumbed_keys, resolve
+from ._environment import Environment, Exports, Resolved, export_of, plumbed_keys, resolve
 from ._errors import EffectUsageError
 from ._explain import explain
-from ._program import LOCK, PENDING, Function, Pending, Program, Retrace
+from ._inside import enter_inside, outcomes_of
+from ._plan import Plan
+from ._plumb import box
+from ._program import Function, Program, Retrace, pending
 from ._protocol import Handler
-from ._region import (
-    absorb_all,
-    enter_inside,
-    note_used,
-    outcomes_of,
-    outer_handlers,
-    outer_homes,
-    unplumbable,
-)
+from ._visible import outer_handlers
+from ._writeback import absorb_all, outer_homes
 
 __all__ = ["Handled"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 # --- the handled function ----------------------------------------------------------------
@@ -73,7 +71,7 @@ class _EagerRegion(NamedTuple):
     def finish(self) -> None:
         """Absorb what the copies gained into the handlers they copy."""
         outcomes = outcomes_of(self.plan, self.dynamic, self.inner, carry_required=False)
-        note_used(self.stack, self.used)  # a traced region around the call depends on them
+        _context.mark_used(self.stack, self.used)  # a traced region around the call depends on them
         absorb_all(self.stack, self.handlers, outcomes, steps=1)
 
 
@@ -123,28 +121,20 @@ class Handled:
         if function is None:
             return self.call_eagerly(args, kwargs)
         stack = _context.current_stack()
-        while True:
-            row = function.row
-            resolved = self.resolve(stack)
-            program = function.program(resolved.plan)
-            if row is not None:
-                warm = self.rebind(stack, resolved, program)
-                if warm is not None:  # a new stack of an environment already run
-                    return warm(*args, **kwargs)
-            flat = flat_inputs(resolved.plan, resolved.exports)
-            program.note_shardings(flat)
-            try:
-                if row is None:
-                    resolved, program, result = self.discover(
-                        stack, resolved, program, flat, args, kwargs
-                    )
-                else:
-                    result = program.fn(*flat, *args, **kwargs)
-            except Retrace:
-                continue
-            except Exception as error:
-                raise explain(resolved.plan, error, resolved)  # noqa: B904 (chained inside)
-            break
+
+        def run(
+            resolved: Resolved, program: Program, exports: Exports, discover: bool
+        ) -> tuple[Resolved | None, Program, Any]:
+            if discover:
+                return self.discover(stack, resolved, program, exports, args, kwargs)
+            warm = self.rebind(stack, resolved, program)
+            if warm is not None:  # a new stack of an environment already run
+                return None, program, warm(*args, **kwargs)
+            return resolved, program, program.fn(*_inputs(program, resolved), *args, **kwargs)
+
+        resolved, program, result = self.attempt(stack, run)
+        if resolved is None:  # the warm path ran it, absorbed and all
+            return result
         if program.abstract:  # jax.eval_shape: nothing was computed, nothing changes
             return result[0]
         handlers = resolved.handlers
@@ -152,62 +142,75 @@ class Handled:
         if not any(homes):
             # Every handler lives on this trace (the warm path writes without
             # checking): calls under this stack can take the warm path.
-            self.bind(stack, resolved.plan, program, handlers, result[1])
+            self.bind(stack, resolved.environment, program, handlers, result[1])
         return result[0]
 
-    def resolve(self, stack: _context.Stack) -> Resolved:
-        """The environment of a call under `stack`: the function's row, or before
-        its first trace every reachable handler that can be a compiled input (any
-        other one is seen as a stand-in, plumbed in, and explained if that fails,
-        only if the function looks it up)."""
+    def attempt(
+        self, stack: _context.Stack, run: Callable[[Resolved, Program, Exports, bool], T]
+    ) -> T:
+        """Resolve the environment under `stack`, find its program and `run` it
+        (told whether the row is still to be discovered); again, under the widened
+        row, while a trace looked up more (`Retrace`). JAX's errors about plumbed
+        values are named for their effect."""
         function = self.function
         assert function is not None
-        if function.row is not None:
-            return resolve(stack, tuple(function.row), self.own, note=True)
+        while True:
+            exports: Exports = {}
+            discover = function.row is None
+            resolved = self.resolve(stack, exports, discover=discover)
+            program = function.program(resolved.environment)
+            try:
+                return run(resolved, program, exports, discover)
+            except Retrace:
+                continue
+            except Exception as error:
+                raise explain(program.plan, error, resolved)  # noqa: B904 (chained inside)
+
+    def resolve(self, stack: _context.Stack, exports: Exports, *, discover: bool) -> Resolved:
+        """The environment of a call under `stack`: the function's row, or (to
+        `discover` it, before the first trace) every reachable handler that can be
+        a compiled input (any other one is seen as a stand-in, plumbed in, and
+        explained if that fails, only if the function looks it up)."""
+        function = self.function
+        assert function is not None
+        if not discover:
+            assert function.row is not None
+            return resolve(stack, tuple(function.row), self.own, note=True, exports=exports)
         effects = [
             h.effect
             for h in outer_handlers(stack, skip=function.own_effects)
-            if unplumbable(h.effect, h.export(), "a compiled call", keyed=True) is None
+            if unplumbable(h.effect, export_of(h, exports), "a compiled call", keyed=True) is None
         ]
-        return resolve(stack, effects, self.own, note=False)
+        return resolve(stack, effects, self.own, note=False, exports=exports)
 
     def stage(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``jax.jit``'s `.trace(*args, **kwargs)` of the program the handlers
         installed now would run (JAX's own `Traced`; nothing runs, nothing changes)."""
         function = self.function
         assert function is not None
-        stack = _context.current_stack()
-        while True:
-            discovering = function.row is None
-            resolved = self.resolve(stack)
-            program = function.program(resolved.plan)
-            flat = flat_inputs(resolved.plan, resolved.exports)
-            program.note_shardings(flat)
-            token = PENDING.set(Pending(program, True, None)) if discovering else None
+
+        def run(resolved: Resolved, program: Program, exports: Exports, discover: bool) -> Any:
             trace = getattr(program.fn, "trace", None)
             if trace is None:
                 raise EffectUsageError(
                     ".trace() / .lower() stage the program of a jax.jit transformation; "
                     f"this function's transformation ({function.transform!r}) has no stages."
                 )
-            try:
-                traced = trace(*flat, *args, **kwargs)
-            except Retrace:
-                continue
-            except Exception as error:
-                raise explain(resolved.plan, error, resolved)  # noqa: B904 (chained inside)
-            finally:
-                if token is not None:
-                    PENDING.reset(token)
-            if not discovering:
-                return traced
+            flat = _inputs(program, resolved)
+            if not discover:
+                return trace(*flat, *args, **kwargs)
+            with pending(program, discover=True, exports=exports):
+                trace(*flat, *args, **kwargs)
+            raise Retrace  # the row is known now: stage its environment's program
+
+        return self.attempt(_context.current_stack(), run)
 
     def discover(
         self,
         stack: _context.Stack,
         wide: Resolved,
         program: Program,
-        flat: list[Any],
+        exports: Exports,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> tuple[Resolved, Program, Any]:
@@ -223,33 +226,26 @@ class Handled:
         """
         function = self.function
         assert function is not None
+        flat = _inputs(program, wide)
         stage = getattr(program.fn, "trace", None)
-        token = PENDING.set(Pending(program, True, None))
-        try:
+        with pending(program, discover=True, exports=exports):
             if stage is None:
                 return wide, program, program.fn(*flat, *args, **kwargs)
             traced = stage(*flat, *args, **kwargs)
-        finally:
-            PENDING.reset(token)
         assert function.row is not None
-        narrow = resolve(stack, tuple(function.row), self.own, note=True)
-        if plumbed_keys(narrow.plan) == plumbed_keys(wide.plan):
+        narrow = resolve(stack, tuple(function.row), self.own, note=True, exports=exports)
+        if plumbed_keys(narrow.environment) == plumbed_keys(wide.environment):
             # the same inputs: the traced program is this environment's program too
-            with LOCK:
-                program.keyed.update(key[0] for key in narrow.plan)
-                program = function.programs.setdefault(narrow.plan, program)
+            program = function.adopt(program, narrow.environment)
             return narrow, program, program.fn(*flat, *args, **kwargs)
-        wide_program, program = program, function.program(narrow.plan)
+        wide_program, program = program, function.program(narrow.environment)
         replay = Function.replay(wide_program, wide.exports, program, narrow, traced)
-        flat = flat_inputs(narrow.plan, narrow.exports)
-        program.note_shardings(flat)
-        token = PENDING.set(Pending(program, False, replay))
+        flat = _inputs(program, narrow)
         try:
-            result = program.fn(*flat, *args, **kwargs)
+            with pending(program, discover=False, exports=exports, replay=replay):
+                result = program.fn(*flat, *args, **kwargs)
         except Exception as error:
-            raise explain(narrow.plan, error, narrow)  # noqa: B904 (chained inside)
-        finally:
-            PENDING.reset(token)
+            raise explain(program.plan, error, narrow)  # noqa: B904 (chained inside)
         return narrow, program, result
 
     def call_eagerly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -279,10 +275,7 @@ class Handled:
         stack = _context.current_stack()
         effects = [h.effect for h in outer_handlers(stack, skip=[h.effect for h in self.own])]
         resolved = resolve(stack, effects, self.own, note=False)
-        plan = tuple(
-            (h.effect, type(h), e.static)
-            for h, e in zip(resolved.handlers, resolved.exports, strict=True)
-        )
+        plan = Plan.of(resolved.handlers, resolved.exports)
         dynamic = [(e.const, e.carry) for e in resolved.exports]
         used: set[Effect[Any]] = set()
         token, inner = enter_inside(plan, dynamic, track=used)
@@ -297,43 +290,53 @@ class Handled:
         if not program.warm:
             return None
         handlers = resolved.handlers
-        outer = len(resolved.plan) > len(self.own)
-        code = program.warm.get((None, tuple(h.fields for h in handlers), outer))
+        environment = resolved.environment
+        code = program.warm.get(self.warm_key(environment, handlers, None))
         if code is None or any(outer_homes(stack, handlers)):
             return None
-        return self.install(stack, resolved.plan, program, handlers, code, None).fn
+        return self.install(stack, environment, program, handlers, code, None).fn
+
+    def warm_key(
+        self, environment: Environment, handlers: Sequence[Handler[Any]], node: Any
+    ) -> tuple[Any, ...]:
+        """What a warm path of a program is generated for: the output layout's
+        node (None: the first), the handlers' fields, and whether it depends on the
+        installed stack (it does unless `environment`, the call's, is the own
+        handlers alone: a program traced with fewer lookups may serve it)."""
+        outer = len(environment) > len(self.own)
+        return (node, tuple(h.fields for h in handlers), outer)
 
     def bind(
         self,
         stack: _context.Stack,
-        plan: Plan,
+        environment: Environment,
         program: Program,
         handlers: tuple[Handler[Any], ...],
         outputs: tuple[Any, ...] | list[Any],
     ) -> None:
         """Make the entry run `program`'s warm path, for the layout of `outputs`,
-        under this stack and trace (where `plan` is its environment)."""
+        under this stack and trace (where `environment` is the call's)."""
         node = None if type(outputs) is tuple else outputs[-1]
-        # depends on the stack unless the plan is the own handlers alone
-        outer = len(plan) > len(self.own)
-        fields = tuple(h.fields for h in handlers)
-        code = program.warm.get((node, fields, outer))
-        if code is None:
-            code = program.warm[node, fields, outer] = _warmpath.template(
+        key = self.warm_key(environment, handlers, node)
+        code = program.warm_code(
+            key,
+            lambda: _warmpath.template(
                 self.fn,
                 self.form,
+                program.plan,
                 handlers,
-                [key[2] for key in plumbed_keys(plan)],
                 program.layout(outputs)[0],
                 first=node is None,
-                outer=outer,
-            )
-        self.install(stack, plan, program, handlers, code, node)
+                outer=key[2],
+                box=box if program.box else None,
+            ),
+        )
+        self.install(stack, environment, program, handlers, code, node)
 
     def install(
         self,
         stack: _context.Stack,
-        plan: Plan,
+        environment: Environment,
         program: Program,
         handlers: tuple[Handler[Any], ...],
         code: _warmpath.Template,
@@ -346,7 +349,7 @@ class Handled:
             # A retrace gave another output layout: absorb it, switch layouts.
             current = _context.current_stack()
             absorb_all(current, hs, program.outcomes(result[1]), steps=1)
-            self.bind(current, plan, program, hs, result[1])
+            self.bind(current, environment, program, hs, result[1])
             return result[0]
 
         stack_id = id(stack)
@@ -374,7 +377,7 @@ class Handled:
             retrace=Retrace,
             mismatch=mismatch,
             node=node,
-            explain=ft.partial(explain, plan),
+            explain=ft.partial(explain, program.plan),
         )
         bound = self.bound[stack_id] = _Bound(
             ref, trace, code, env, _warmpath.make_function(code, env)
@@ -386,3 +389,13 @@ class Handled:
         """Make the entry run `code` in `env` (either order is safe; see _warmpath)."""
         self.cell.cell_contents = env
         self.entry.__code__ = code.code
+
+
+def _inputs(program: Program, resolved: Resolved) -> list[Any]:
+    """The plumbed inputs of a call of `program` (whose carries' shardings it
+    records, once)."""
+    flat = program.plan.flatten(resolved.exports)
+    if program.box:
+        flat = [box(x) for x in flat]
+    program.note_shardings(flat)
+    return flat

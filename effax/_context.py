@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import contextvars
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar
 
 from . import _trace
 from ._errors import EffectUsageError
@@ -25,12 +25,16 @@ __all__ = [
     "Blocked",
     "Entry",
     "JitAwareContextVar",
+    "Obstacle",
     "Stack",
     "Tracked",
     "current_stack",
     "enter_block",
     "exit_block",
+    "home_trace",
+    "mark_used",
     "note_missing",
+    "obstacle",
     "pop",
     "push",
     "push_entries",
@@ -255,3 +259,63 @@ class Blocked(abc.ABC):
     @abc.abstractmethod
     def raise_for(self, effect: Effect[Any]) -> NoReturn:
         """Raise the exception for performing `effect` here."""
+
+
+# --- may this entry's handler be used here? ----------------------------------------
+#
+# The one place that unwraps an entry's marker and decides whether its handler can
+# be used at the current trace: performing an effect (`Effect.handler`), choosing
+# what a region plumbs (`_visible`), resolving a compiled call's environment
+# (`_environment`) and rebuilding stand-ins inside a trace (`_program`) all ask it.
+
+# Why an entry's handler cannot be used here: a `Blocked` marker hides it, a staging
+# trace lies between its trace and here (``"staged"``), its trace is not an
+# ancestor of this one (``"detached"``), or it must give each batch element its own
+# result (a key stream) but a raw ``jax.vmap`` lies in between (``"unsplit"``).
+Obstacle = Blocked | Literal["staged", "detached", "unsplit"]
+
+
+def home_trace(ref: Any) -> Any:
+    """The trace an entry's handler was installed under, through a `Tracked`
+    marker (a `Blocked` marker is returned as it is)."""
+    return ref.ref if type(ref) is Tracked else ref
+
+
+def obstacle(
+    effect: Effect[Any], entry: Entry, *, track: bool = True, through: int = 0
+) -> Obstacle | None:
+    """Why the handler of `entry` (the stack entry of `effect`) cannot be used at
+    the current trace, or None if it can.
+
+    With `track`, a `Tracked` entry records that `effect` was used (what the
+    region that rebuilt it depends on). `through` staging traces between the
+    handler's trace and here are allowed (a compiled call's own, for lookups made
+    inside its trace on behalf of its caller).
+    """
+    handler, ref = entry
+    trace = _trace.current_trace_ref()
+    if ref is trace:
+        return None
+    if isinstance(ref, Blocked):
+        return ref
+    if type(ref) is Tracked:
+        if track:
+            ref.used.add(effect)
+        ref = ref.ref
+        if ref is trace:
+            return None
+    stagings = _trace.stagings_between(ref)
+    if stagings is None:
+        return "detached"
+    if handler.batch_distinct and _trace.batching_between(ref):
+        return "unsplit"
+    return "staged" if stagings > through else None
+
+
+def mark_used(stack: Stack, effects: Any) -> None:
+    """Tell the traced regions that rebuilt these effects' handlers in `stack` that
+    the effects were performed (their traces depend on them)."""
+    for effect in effects:
+        entry = stack.get(effect)
+        if entry is not None and type(entry[1]) is Tracked:
+            entry[1].used.add(effect)

@@ -6,8 +6,9 @@ their carries (state values, key counters) as part of the loop carry, and their
 values (emits) stacked along a new leading axis, one row per step. Every wrapper is
 written once against that protocol, never once per effect kind.
 
-Keys follow DESIGN §3: in a `scan` of n steps that draws k keys a step, step i
-draw j uses counter ``c + i·k + j``, the same keys a Python loop draws; afterwards
+Keys follow the rule of ``docs/howto/randomness.md``: in a `scan` of n steps that
+draws k keys a step, step i draw j uses counter ``c + i·k + j``, the same keys a
+Python loop draws; afterwards
 the counter advances by n·k in Python. Where the number of draws is not known at
 trace time (a `while_loop`, `cond` branches that draw different numbers of keys)
 the counter becomes a traced int32.
@@ -26,7 +27,8 @@ from jax import lax
 from . import _trace
 from ._effect import Effect
 from ._errors import EffectUsageError
-from ._region import Plan, Region
+from ._plan import Plan
+from ._region import Region
 
 __all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
 
@@ -176,7 +178,7 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
         value, handler_carries = carry
         _, untouched = region.run(lambda: None, handler_carries, ())
         pred, outcomes = region.run(cond_fun, handler_carries, (value,))
-        for (effect, _, _), before, after in zip(region.plan, untouched, outcomes, strict=True):
+        for effect, before, after in zip(region.plan.effects, untouched, outcomes, strict=True):
             same_carry = all(
                 a is b
                 for a, b in zip(
@@ -304,7 +306,7 @@ def _aval(leaf: Any) -> str:
 def _emit_mismatch(plan: Plan, structures: Sequence[Any]) -> tuple[Effect[Any], str] | None:
     """The effect whose emitted values differ between branches, and how."""
     traced = [s for s in structures if s is not None]
-    for i, (effect, _, _) in enumerate(plan):
+    for i, effect in enumerate(plan.effects):
         per_branch = [s[i] for s in traced]
         if len(set(per_branch)) > 1:
             return effect, "; ".join(f"branch {b}: {sig}" for b, sig in enumerate(per_branch))

@@ -12,12 +12,12 @@ from __future__ import annotations
 import importlib
 import keyword
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar
 
 import jax
 
 from . import _context, _trace
-from ._context import Blocked, Tracked
+from ._context import Blocked
 from ._errors import (
     LEAK_EXPLANATION,
     WRITE_LEAK_EXPLANATION,
@@ -29,7 +29,16 @@ from ._errors import (
 if TYPE_CHECKING:
     from ._protocol import Handler
 
-__all__ = ["Effect", "check_write", "init_effect"]
+__all__ = [
+    "Effect",
+    "check_write",
+    "declare_row",
+    "declared_row",
+    "init_effect",
+    "leak_message",
+    "raise_obstacle",
+    "unsplit_message",
+]
 
 H = TypeVar("H", bound="Handler[Any]")
 
@@ -120,25 +129,12 @@ class Effect(Generic[H]):
                 + (_MULTI_PROCESS.format(n=processes) if processes > 1 else "")
             )
         handler, ref = entry
-        if ref is not _trace.current_trace_ref():
-            self._check_entry(handler, ref)
+        if ref is not _trace.current_trace_ref():  # the fast path of `obstacle`
+            why = _context.obstacle(self, entry)
+            if why is not None:
+                _context.note_missing(self)
+                raise_obstacle(self, why)
         return handler  # type: ignore[return-value]
-
-    def _check_entry(self, handler: Handler[Any], ref: Any) -> None:
-        if isinstance(ref, Blocked):
-            _context.note_missing(self)
-            ref.raise_for(self)
-        if type(ref) is Tracked:
-            ref.used.add(self)
-            ref = ref.ref
-        if ref is _trace.current_trace_ref():
-            return
-        reach = _trace.reachability(ref)
-        unsplit = handler.batch_distinct and reach != "detached" and _trace.batching_between(ref)
-        if reach == "ok" and not unsplit:
-            return
-        _context.note_missing(self)
-        raise EffectLeakError(unsplit_message(self) if unsplit else leak_message(self, reach))
 
     def handler_for_write(self, value: Any) -> H:
         """`handler()`, refusing `value` if it holds a tracer that would outlive its
@@ -148,6 +144,18 @@ class Effect(Generic[H]):
         if ref is not _trace.current_trace_ref():
             check_write(self, value, ref)
         return handler
+
+    def uncompilable_fix(self, where: str) -> str:
+        """For a message saying that this effect's handler holds a value that cannot
+        cross `where` (not an array): what to do instead. Effects whose handlers
+        can hold other values (a static `Ask`) say so."""
+        return f"Hold an array (or a Python number) in it, or use it outside {where}."
+
+    def traced_value_hint(self) -> str:
+        """For a message saying that Python control flow needed a concrete value of
+        this effect inside a compiled call: how to give it one ("" if nothing
+        applies)."""
+        return ""
 
 
 _MULTI_PROCESS = (
@@ -202,12 +210,19 @@ def leak_message(effect: Effect[Any], reach: str) -> str:
     )
 
 
+def raise_obstacle(effect: Effect[Any], why: _context.Obstacle) -> NoReturn:
+    """Raise the error of performing `effect` where its handler cannot be used."""
+    if isinstance(why, Blocked):
+        why.raise_for(effect)
+    if why == "unsplit":
+        raise EffectLeakError(unsplit_message(effect))
+    raise EffectLeakError(leak_message(effect, why))
+
+
 def check_write(effect: Effect[Any], value: Any, ref: Any) -> None:
     """Refuse to store `value` in a handler of `effect` installed at trace `ref` if
     it holds a tracer that would outlive its transformation (`EffectLeakError`)."""
-    if type(ref) is Tracked:
-        ref = ref.ref
-    if _trace.foreign_tracers(jax.tree.leaves(value), ref):
+    if _trace.foreign_tracers(jax.tree.leaves(value), _context.home_trace(ref)):
         raise EffectLeakError(
             f"Writing a traced value to {effect!r}, whose handler was installed outside "
             f"the JAX transformation that produced it. {WRITE_LEAK_EXPLANATION}"
@@ -239,3 +254,23 @@ def _load_effect(module: str, name: str) -> Effect[Any]:
     if not isinstance(effect, Effect):
         raise EffectTypeError(f"{module}.{name} is not an effect but a {type(effect).__name__}.")
     return effect
+
+
+# --- declared effect rows -------------------------------------------------------------
+#
+# `effax.uses` publishes a function's row as an attribute, which `handle` and the
+# wrappers read to plumb only those effects; these two are the only readers and
+# writers of that attribute.
+
+_ROW = "__effax_row__"
+
+
+def declared_row(fn: Any) -> tuple[Effect[Any], ...] | None:
+    """The effect row declared for `fn` (by `effax.uses`, or a handled function's
+    row minus its own handlers), or None if it has none."""
+    return getattr(fn, _ROW, None)
+
+
+def declare_row(fn: Any, row: tuple[Effect[Any], ...]) -> None:
+    """Publish `row` as `fn`'s declared effect row."""
+    setattr(fn, _ROW, row)

@@ -5,8 +5,9 @@ each effect the function looks up, the environment records
 
 - a plumbed handler: its effect, class and `Fields`, and its static export,
   compared as ``jax.jit`` compares static arguments (type included). Its const and
-  carry are passed in as arguments (`flat_inputs`), so their tree structure,
-  shapes, dtypes and None-ness are part of ``jax.jit``'s own cache key;
+  carry are passed in as arguments (its program's `Plan` says which), so their
+  tree structure, shapes, dtypes and None-ness are part of ``jax.jit``'s own cache
+  key;
 - or why there was none to plumb: no handler (``None``), a `Blocked` marker, or a
   handler installed behind a staging trace or a raw ``jax.vmap`` (`UNREACHABLE`).
 
@@ -15,25 +16,26 @@ each effect the function looks up, the environment records
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, MutableMapping, Sequence
 from typing import Any, NamedTuple
 
-from . import _context, _trace
-from ._context import Blocked, Tracked
+from . import _context
+from ._boundary import unplumbable
 from ._effect import Effect
 from ._errors import EffectTypeError
-from ._protocol import Export, Fields, Handler, check_home
-from ._region import unplumbable, unsplit
+from ._plan import Plan
+from ._protocol import Export, Handler, check_home
 
 __all__ = [
     "UNREACHABLE",
+    "Environment",
+    "Exports",
     "Key",
-    "Plan",
+    "export_of",
     "Resolved",
-    "flat_inputs",
+    "plan_of",
     "plumbed_keys",
     "resolve",
-    "slots",
     "static_key",
 ]
 
@@ -45,7 +47,10 @@ UNREACHABLE = "unreachable"
 # (class, fields) for a plumbed handler, else None, a `Blocked` marker or
 # `UNREACHABLE`; the static export is ``(type, value)`` or None.
 Key = tuple[Effect[Any], Any, Any]
-Plan = tuple[Key, ...]
+Environment = tuple[Key, ...]
+
+# The exports of one call, by handler identity: each handler is asked once per call.
+Exports = MutableMapping[int, Export]
 
 
 def static_key(static: Hashable) -> Any:
@@ -53,24 +58,21 @@ def static_key(static: Hashable) -> Any:
     return None if static is None else (type(static), static)
 
 
-def slots(cls: type[Handler[Any]], fields: Fields | None) -> tuple[bool, bool]:
-    """Whether a handler of this kind passes a const and a carry in (in that order).
-
-    Derived from the kind alone, so that the inputs of a program follow from its
-    plan: fields-based exports pass the fields they name, others both parts.
-    """
-    if fields is not None and cls.export is Handler.export:
-        return fields.const is not None, fields.carry is not None
-    return True, True
-
-
 class Resolved(NamedTuple):
-    """An environment under a handler stack: its plan, and the handlers to plumb
-    (with their exports) in the plan's order."""
+    """An environment under a handler stack, and the handlers to plumb (with their
+    exports) in its order."""
 
-    plan: Plan
+    environment: Environment
     handlers: tuple[Handler[Any], ...]
     exports: tuple[Export, ...]
+
+
+def export_of(handler: Handler[Any], exports: Exports) -> Export:
+    """`handler`'s export, asked once per call (`exports` holds the call's)."""
+    export = exports.get(id(handler))
+    if export is None:
+        export = exports[id(handler)] = handler.export()
+    return export
 
 
 def resolve(
@@ -79,66 +81,53 @@ def resolve(
     own: Sequence[Handler[Any]],
     *,
     note: bool,
+    exports: Exports | None = None,
 ) -> Resolved:
     """What a lookup of each of `effects` finds under `stack`, then `own`.
 
     With `note`, the enclosing traced regions and recorders learn that the call
-    depends on these lookups (a compiled call inside a traced body).
+    depends on these lookups (a compiled call inside a traced body). `exports`
+    holds the exports the call already asked for, and gains the others.
     """
-    trace = _trace.current_trace_ref()
+    exports = {} if exports is None else exports
     keys: list[Key] = []
     handlers: list[Handler[Any]] = []
     for effect in effects:
         entry = stack.get(effect)
         why: Any = None
         if entry is not None:
-            handler, ref = entry
-            if ref is not trace:
-                if isinstance(ref, Blocked):
-                    why = ref
-                elif type(ref) is Tracked:
-                    if note:
-                        ref.used.add(effect)
-                    ref = ref.ref
-                if (
-                    why is None
-                    and ref is not trace
-                    and (_trace.reachability(ref) != "ok" or unsplit(handler, ref))
-                ):
-                    why = UNREACHABLE
-            if why is None:
-                handlers.append(handler)
+            obstacle = _context.obstacle(effect, entry, track=note)
+            if obstacle is None:
+                handlers.append(entry[0])
                 continue
+            why = obstacle if isinstance(obstacle, _context.Blocked) else UNREACHABLE
         if note:
             _context.note_missing(effect)
         keys.append((effect, why, None))
     for handler in own:
         check_home(handler)
     handlers.extend(own)
-    exports = tuple(h.export() for h in handlers)
-    for handler, export in zip(handlers, exports, strict=True):
+    found = tuple(export_of(h, exports) for h in handlers)
+    for handler, export in zip(handlers, found, strict=True):
         if export.static is not None:
             why = unplumbable(handler.effect, export, "a compiled call", keyed=True)
             if why is not None:
                 raise EffectTypeError(why)
     keys.extend(
         (h.effect, (type(h), h.fields), static_key(e.static))
-        for h, e in zip(handlers, exports, strict=True)
+        for h, e in zip(handlers, found, strict=True)
     )
-    return Resolved(tuple(keys), tuple(handlers), exports)
+    return Resolved(tuple(keys), tuple(handlers), found)
 
 
-def flat_inputs(plan: Plan, exports: Sequence[Export]) -> list[Any]:
-    """The plumbed arguments of a call: each handler's const and carry slots."""
-    flat = []
-    for (_, (cls, fields), _), export in zip(plumbed_keys(plan), exports, strict=True):
-        has_const, has_carry = slots(cls, fields)
-        if has_const:
-            flat.append(export.const)
-        if has_carry:
-            flat.append(export.carry)
-    return flat
+def plumbed_keys(environment: Environment) -> list[Key]:
+    """The keys of the plumbed handlers, in order."""
+    return [key for key in environment if type(key[1]) is tuple]
 
 
-def plumbed_keys(plan: Plan) -> list[Key]:
-    return [key for key in plan if type(key[1]) is tuple]
+def plan_of(environment: Environment) -> Plan:
+    """The input layout of the program of `environment`."""
+    return Plan(
+        (effect, what[0], what[1], None if static is None else static[1])
+        for effect, what, static in plumbed_keys(environment)
+    )

@@ -13,6 +13,9 @@ from the builtin a Python user would catch:
 from __future__ import annotations
 
 __all__ = [
+    "LEAK_EXPLANATION",
+    "OWN_WRITE_LEAK",
+    "WRITE_LEAK_EXPLANATION",
     "EffectError",
     "EffectLeakError",
     "EffectTypeError",

@@ -13,11 +13,10 @@ import re
 
 import jax
 
-from ._ask import Ask
-from ._environment import Plan, Resolved, plumbed_keys, slots
-from ._errors import EffectTypeError
-from ._protocol import Fields
-from ._region import unplumbable
+from ._boundary import unplumbable
+from ._environment import Resolved
+from ._errors import EffectError, EffectTypeError
+from ._plan import Plan
 
 __all__ = ["explain"]
 
@@ -25,10 +24,13 @@ _PLUMBED = re.compile(r"_effax_plumbed_(\d+)")
 
 
 def explain(plan: Plan, error: BaseException, resolved: Resolved | None = None) -> BaseException:
-    """The exception to raise for `error`, raised by a compiled call of `plan`'s
-    program: an `EffectTypeError` naming the effect if a plumbed handler's value
-    caused it (a value that cannot be an input; JAX naming a plumbed argument,
-    which no user knows), else `error` itself."""
+    """The exception to raise for `error`, raised by a compiled call whose inputs
+    `plan` lays out: an `EffectTypeError` naming the effect if a plumbed handler's
+    value caused it (a value that cannot be an input; JAX naming a plumbed
+    argument, which no user knows), else `error` itself (also if effax named it
+    already)."""
+    if isinstance(error, EffectError):
+        return error
     if resolved is not None and isinstance(error, TypeError):
         for handler, export in zip(resolved.handlers, resolved.exports, strict=True):
             why = unplumbable(handler.effect, export, "a compiled call", keyed=True)
@@ -37,26 +39,17 @@ def explain(plan: Plan, error: BaseException, resolved: Resolved | None = None) 
     text = str(error)
     if "_effax_plumbed_" not in text:
         return error
-    owners = []  # what each plumbed argument is: (effect, "<effect>.<field>")
-    for effect, (cls, fields), _ in plumbed_keys(plan):
-        has_const, has_carry = slots(cls, fields)
-        f = fields or Fields(const="const", carry="carry")
-        names = [f.const or "const"] * has_const + [f.carry or "carry"] * has_carry
-        owners += [(effect, f"{effect!r} (its handler's `{name}`)") for name in names]
+    # what each plumbed argument is: (effect, "<effect> (its handler's `<field>`)")
+    owners = [(effect, f"{effect!r} (its handler's `{name}`)") for effect, name in plan.owners()]
     found = [owners[int(i)] for i in _PLUMBED.findall(text) if int(i) < len(owners)]
     if not found:
         return error
     effect = found[0][0]
     text = _PLUMBED.sub(lambda m: owners[int(m.group(1))][1], text)
     hint = ""
-    if isinstance(error, jax.errors.ConcretizationTypeError) and isinstance(effect, Ask):
-        hint = (
-            f"\n\n{effect!r} crosses the compiled call as a traced input, so its value is not "
-            "known to Python control flow (if, while, int(), indexing with it) while "
-            f"tracing. Declare it with static=True (`Ask[...]({effect.name!r}, "
-            "static=True)`): its value is then a Python constant and part of the cache "
-            "key (a new value retraces); or use jnp.where / effax.cond on it."
-        )
+    if isinstance(error, jax.errors.ConcretizationTypeError):
+        hint = effect.traced_value_hint()
+        hint = f"\n\n{hint}" if hint else ""
     message = f"{type(error).__name__} for {effect!r} in a compiled call: {text}{hint}"
     return _chained(EffectTypeError(message), error)
 

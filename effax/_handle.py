@@ -17,12 +17,13 @@ from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 import jax
 
 from ._callpath import Handled
+from ._effect import declare_row, declared_row
 from ._errors import EffectTypeError, EffectUsageError
 from ._plumb import Transform, check_callable, normalize_transform
 from ._program import LOCK, Function
 from ._protocol import Handler
 
-__all__ = ["handle", "jit"]
+__all__ = ["Compiled", "handle", "jit"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -210,11 +211,11 @@ def handle(
         entry = run
 
     ft.update_wrapper(entry, fn)
-    declared = getattr(fn, "__effax_row__", None)
+    declared = declared_row(fn)
     if declared is not None:
         # what a caller of the handled function must handle: fn's row minus ours
         own = {h.effect for h in handlers}
-        entry.__effax_row__ = tuple(e for e in declared if e not in own)  # type: ignore[attr-defined]
+        declare_row(entry, tuple(e for e in declared if e not in own))
     return cast("Compiled[P, R]", entry) if function is not None else cast("Callable[P, R]", entry)
 
 

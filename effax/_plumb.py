@@ -18,6 +18,7 @@ from contextlib import ExitStack
 from typing import Any, ParamSpec, TypeVar, overload
 
 import jax
+import numpy as np
 
 from . import _trace
 from ._errors import EffectTypeError, EffectUsageError
@@ -25,9 +26,11 @@ from ._errors import EffectTypeError, EffectUsageError
 __all__ = [
     "Transform",
     "apply_transform",
+    "box",
     "check_callable",
     "normalize_transform",
     "plumb_and_transform",
+    "traces_numbers",
 ]
 
 P = ParamSpec("P")
@@ -124,6 +127,38 @@ def apply_transform(
             f"{type(transformed).__name__}."
         )
     return transformed
+
+
+# Transformations that trace a Python number argument as a (weakly typed) array, as
+# ``jax.jit`` does; others (``eqx.filter_jit``, ``nnx.jit``) may hold it static.
+_TRACE_NUMBERS = (jax.jit, jax.checkpoint, jax.eval_shape)
+
+
+def traces_numbers(transform: Transform) -> bool:
+    """Whether `transform` traces Python numbers passed to the function it makes
+    (``jax.jit``, ``jax.checkpoint``, ``jax.eval_shape`` and partials of them);
+    others may treat them as static, compiling anew for every value."""
+    transform = normalize_transform(transform)
+    if isinstance(transform, ft.partial):
+        transform = transform.func
+    return any(transform is t for t in _TRACE_NUMBERS)
+
+
+def box(value: Any) -> Any:
+    """`value`, a NumPy scalar if it is a Python number: how a plumbed input
+    crosses a transformation that does not trace Python numbers (`traces_numbers`).
+    (A Python number is cheaper for ``jax.jit``, whose C++ dispatch takes it on
+    its fast path.)"""
+    kind = type(value)
+    if kind is int:
+        return np.int32(value)
+    if kind is float:
+        return np.float32(value)
+    if kind is bool:
+        return np.bool_(value)
+    if kind is complex:
+        return np.complex64(value)
+    return value
 
 
 def check_callable(value: Any, argument: str) -> None:

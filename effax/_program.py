@@ -16,29 +16,24 @@ is recorded, not raised. How a call finds its program is `_callpath`'s business.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools as ft
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
 
 from . import _context, _trace, _warmpath
-from ._context import Blocked, Tracked
-from ._effect import Effect
-from ._environment import (
-    Plan,
-    Resolved,
-    plumbed_keys,
-    slots,
-)
-from ._plumb import Transform, apply_transform, normalize_transform
+from ._effect import Effect, declared_row
+from ._environment import Environment, Exports, Resolved, export_of, plan_of
+from ._inside import outcomes_of, run_inside
+from ._plumb import Transform, apply_transform, normalize_transform, traces_numbers
 from ._protocol import Export, Handler, Outcome
-from ._region import outcomes_of, run_inside, unsplit
 
-__all__ = ["LOCK", "PENDING", "Function", "Pending", "Program", "Retrace"]
+__all__ = ["LOCK", "Function", "Layout", "Pending", "Program", "Retrace", "pending"]
 
 LOCK = threading.RLock()
 
@@ -81,20 +76,39 @@ class Retrace(BaseException):
 class Pending(NamedTuple):
     """What the caller of a program tells its wrapper's next trace: `discover`,
     learn the row (never retrace); `replay`, a traced jaxpr that stands in for the
-    body (see `Function.replay`)."""
+    body (see `Function.replay`); `exports`, the exports the call asked for (so
+    that the stand-ins rebuilt inside do not ask again)."""
 
     program: Program
     discover: bool
     replay: Callable[..., Any] | None
+    exports: Exports
 
 
-PENDING: contextvars.ContextVar[Pending | None] = contextvars.ContextVar(
+_PENDING: contextvars.ContextVar[Pending | None] = contextvars.ContextVar(
     "effax.pending", default=None
 )
 
 
+@contextlib.contextmanager
+def pending(
+    program: Program,
+    *,
+    discover: bool,
+    exports: Exports,
+    replay: Callable[..., Any] | None = None,
+) -> Iterator[None]:
+    """Tell `program`'s traces made inside the ``with`` block what `Pending` says."""
+    token = _PENDING.set(Pending(program, discover, replay, exports))
+    try:
+        yield
+    finally:
+        _PENDING.reset(token)
+
+
 class Program:
-    """The transformed plumbing wrapper of one environment (`plan`).
+    """The transformed plumbing wrapper of one environment (`environment`), whose
+    inputs are laid out by `plan`.
 
     A call takes the plumbed handlers' slots, then `fn`'s arguments, and returns
     ``(out, outputs)``: the carries and values of the outcomes that have them. The
@@ -103,50 +117,57 @@ class Program:
     with its layout as a static node, so the common case costs no extra node.
     """
 
-    def __init__(self, function: Function, plan: Plan) -> None:
-        self.plan = plan
-        self.keyed = {key[0] for key in plan}
-        plumbed = plumbed_keys(plan)
-        self.plumbed = frozenset(key[0] for key in plumbed)
-        self.inner_plan = tuple((e, what[0], None if s is None else s[1]) for e, what, s in plumbed)
-        self.slots = [slots(*what) for _, what, _ in plumbed]
-        self.n_in = sum(a + b for a, b in self.slots)
+    def __init__(self, function: Function, environment: Environment) -> None:
+        self.environment = environment
+        self.keyed = {key[0] for key in environment}
+        self.plan = plan_of(environment)
+        self.plumbed = frozenset(self.plan.effects)
         self.first: Layout | None = None
         self.layouts: dict[Layout, _StaticOut] = {}
         # generated warm paths, by (layout node, handler fields, depends on the stack)
         self.warm: dict[Any, _warmpath.Template] = {}
         self.abstract = function.abstract
+        self.box = function.box
         # The shardings of the plumbed carries at the first call (None: let XLA
         # choose), which the carries keep coming out with (`keep_shardings`).
         self.carry_shardings: list[Any] | None = None
         self.fn = function.transformed(self)
 
-    def carry_positions(self) -> tuple[int, ...]:
-        """The positions of the carries among the plumbed inputs."""
-        positions, i = [], 0
-        for has_const, has_carry in self.slots:
-            i += has_const
-            if has_carry:
-                positions.append(i)
-            i += has_carry
-        return tuple(positions)
+    def warm_code(
+        self, key: Hashable, make: Callable[[], _warmpath.Template]
+    ) -> _warmpath.Template:
+        """The generated warm path of this program for `key` (made once)."""
+        code = self.warm.get(key)
+        if code is None:
+            with LOCK:
+                code = self.warm.setdefault(key, make())
+        return code
 
     def note_shardings(self, flat: Sequence[Any]) -> None:
         """Record the plumbed carries' shardings, once, before the first trace."""
         if self.carry_shardings is None:
             self.carry_shardings = [
-                jax.tree.map(_committed_sharding, flat[i]) for i in self.carry_positions()
+                jax.tree.map(_committed_sharding, flat[i]) for i in self.plan.carry_positions
             ]
 
-    def keep_shardings(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """Inside a trace: constrain each carry that comes out to the sharding it
-        went in with (a state must not come back resharded by XLA's choice)."""
+    def keep_types(
+        self, dynamic: Sequence[tuple[Any, Any]], outcomes: list[Outcome]
+    ) -> list[Outcome]:
+        """Inside a trace: each carry that comes out keeps the weak type it went
+        in with (a key counter that entered as a Python int), so that the next
+        call, passing it back in, reuses this program; and is constrained to the
+        sharding it went in with (a state must not come back resharded by XLA's
+        choice)."""
         shardings = iter(self.carry_shardings or ())
         kept = []
-        for (_, has_carry), outcome in zip(self.slots, outcomes, strict=True):
-            sharding = next(shardings, None) if has_carry else None
-            if sharding is not None and outcome.carry is not None:
-                outcome = outcome._replace(carry=_constrain(outcome.carry, sharding))
+        for slot, (_, carry), outcome in zip(self.plan.slots, dynamic, outcomes, strict=True):
+            sharding = next(shardings, None) if slot.has_carry else None
+            if outcome.carry is not None:
+                new = _keep_weak(carry, outcome.carry)
+                if sharding is not None:
+                    new = _constrain(new, sharding)
+                if new is not outcome.carry:
+                    outcome = outcome._replace(carry=new)
             kept.append(outcome)
         return kept
 
@@ -193,6 +214,23 @@ class Program:
                 outputs.append(outcome.values)
             layout.append((outcome.static, has_carry, has_values))
         return self.outputs(tuple(layout), outputs)
+
+
+def _keep_weak(before: Any, after: Any) -> Any:
+    """`after`, with the leaves that were weakly typed in `before` weakly typed."""
+    if before is None or not any(_trace.is_weakly_typed(x) for x in jax.tree.leaves(before)):
+        return after
+    leaves, treedef = jax.tree.flatten(after)
+    old = jax.tree.leaves(before)
+    if len(old) != len(leaves):
+        return after
+    return jax.tree.unflatten(
+        treedef,
+        [
+            _trace.weakly_typed(x) if _trace.is_weakly_typed(o) else x
+            for o, x in zip(old, leaves, strict=True)
+        ],
+    )
 
 
 def _committed_sharding(x: Any) -> Any:
@@ -244,17 +282,20 @@ class Function:
         except TypeError:
             self.fn_ref = lambda: fn
         self.transform, self.abstract = _abstract(transform)
+        # Whether Python numbers among the plumbed inputs cross as NumPy scalars:
+        # for transformations that could hold them static (`_plumb.traces_numbers`).
+        self.box = not traces_numbers(transform)
         self.donate_state = donate_state
         self.own = own
         own_effects = {h.effect for h in own}
         # The outer effects the function looks up, in a fixed order (the plan's
         # order is part of the cache key); None until the first trace.
         self.row: dict[Effect[Any], None] | None = None
-        declared = getattr(fn, "__effax_row__", None)  # set by `effax.uses`
+        declared = declared_row(fn)
         if declared is not None:
             self.row = {e: None for e in declared if e not in own_effects}
         self.own_effects = frozenset(own_effects)
-        self.programs: dict[Plan, Program] = {}
+        self.programs: dict[Environment, Program] = {}
 
     def target(self) -> Callable[..., Any]:
         """The handled function (alive: its handled function is being called)."""
@@ -270,58 +311,64 @@ class Function:
                 if effect not in self.own_effects:
                     self.row.setdefault(effect, None)
 
-    def program(self, plan: Plan) -> Program:
-        program = self.programs.get(plan)
+    def program(self, environment: Environment) -> Program:
+        program = self.programs.get(environment)
         if program is None:
             with LOCK:
-                program = self.programs.get(plan)
+                program = self.programs.get(environment)
                 if program is None:
-                    program = self.programs[plan] = Program(self, plan)
+                    program = self.programs[environment] = Program(self, environment)
         return program
+
+    def adopt(self, program: Program, environment: Environment) -> Program:
+        """Make `program` (traced with the same inputs as `environment`'s would
+        be) the program of `environment` too, unless it has one; returns it."""
+        with LOCK:
+            program.keyed.update(key[0] for key in environment)
+            return self.programs.setdefault(environment, program)
 
     def transformed(self, program: Program) -> Callable[..., Any]:
         """Apply the transformation to the plumbing wrapper of `program`."""
         target = self.target
         function = self
 
+        plan = program.plan
+
         def wrapper(*flat: Any, **kwargs: Any) -> Any:
-            pending = PENDING.get()
-            if pending is not None and pending.program is program and pending.replay:
+            told = _PENDING.get()
+            pending = told if told is not None and told.program is program else None
+            if pending is not None and pending.replay is not None:
                 replayed = pending.replay(flat, kwargs)
                 if replayed is not None:
                     return replayed
-            inputs = iter(flat[: program.n_in])
-            dynamic = [
-                (next(inputs) if has_const else None, next(inputs) if has_carry else None)
-                for has_const, has_carry in program.slots
-            ]
+            dynamic = plan.unflatten(flat[: plan.n_in])
             used: set[Effect[Any]] = set()
             missing: set[Effect[Any]] = set()
             out, inner = run_inside(
-                program.inner_plan,
+                plan,
                 dynamic,
                 target(),
-                flat[program.n_in :],
+                flat[plan.n_in :],
                 kwargs,
                 track=used,
-                standins=_standins(program),
+                standins=_standins(program, {} if pending is None else pending.exports),
                 recorder=missing,
             )
             outcomes = outcomes_of(
-                program.inner_plan, dynamic, inner, carry_required=False, where="a compiled call"
+                plan, dynamic, inner, carry_required=False, where="a compiled call"
             )
-            outcomes = program.keep_shardings(outcomes)
-            looked = [key[0] for key in program.plan if key[0] in used]
+            outcomes = program.keep_types(dynamic, outcomes)
+            looked = [key[0] for key in program.environment if key[0] in used]
             looked += [e for e in used if e not in program.keyed]
             looked += [e for e in missing if e not in used]
             function.learn(looked)
-            discovering = pending is not None and pending.program is program and pending.discover
+            discovering = pending is not None and pending.discover
             if not discovering and not program.keyed.issuperset(looked):
                 raise Retrace  # this trace depends on more than its program's key
             return out, program.pack(outcomes)
 
-        n = program.n_in
-        donate = program.carry_positions() if self.donate_state else ()
+        n = plan.n_in
+        donate = plan.carry_positions if self.donate_state else ()
         return apply_transform(
             self.transform, wrapper, self.target(), lambda o: (o, None), n, donate=donate
         )
@@ -346,7 +393,7 @@ class Function:
         out_tree = getattr(traced, "out_tree", None)
         if jaxpr is None or out_tree is None:
             return None
-        index = {key[0]: i for i, key in enumerate(plumbed_keys(wide.plan))}
+        index = {effect: i for i, effect in enumerate(wide.plan.effects)}
         if any(h.effect not in index for h in resolved.handlers):
             return None  # a handler the wide trace saw as a stand-in only
         chosen = [index[h.effect] for h in resolved.handlers]
@@ -361,17 +408,13 @@ class Function:
         evaluate, used = _trace.prune(jaxpr, [i in keep for i in range(out_tree.num_leaves)])
         # Which input leaves belong to a chosen handler: they must be the only
         # handler inputs still used.
-        owner = [
-            i
-            for i, (has, export) in enumerate(zip(wide.slots, wide_exports, strict=True))
-            for _ in jax.tree.leaves(_parts(has, export))
-        ]
+        owner = wide.plan.leaf_owners(wide_exports)
         if any(u and owner[i] not in chosen for i, u in enumerate(used[: len(owner)])):
             return None
         in_avals = list(jaxpr.in_avals)
 
         def replay(flat: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-            n = program.n_in
+            n = program.plan.n_in
             args = [
                 leaf
                 for leaf in jax.tree.leaves((flat[n:], kwargs))
@@ -394,24 +437,20 @@ class Function:
         return replay
 
 
-def _parts(has: tuple[bool, bool], export: Export) -> list[Any]:
-    return ([export.const] if has[0] else []) + ([export.carry] if has[1] else [])
-
-
-def _standins(program: Program) -> list[Handler[Any]]:
+def _standins(program: Program, exports: Exports) -> list[Handler[Any]]:
     """Handlers visible at the call but not plumbed into `program`, rebuilt from
     their current values: performing one inside records the lookup (the trace is
     then dropped and the effect plumbed in) without raising through user code, and
-    changes nothing outside."""
+    changes nothing outside. Only handlers usable at the call count (through the
+    call's own staging trace); lookups of the others raise as they would there."""
     standins = []
-    for effect, (handler, ref) in _context.current_stack().items():
-        if effect in program.plumbed or isinstance(ref, Blocked):
+    for effect, entry in _context.current_stack().items():
+        if effect in program.plumbed:
             continue
-        if type(ref) is Tracked:
-            ref = ref.ref
-        if _trace.stagings_between(ref) not in (0, 1) or unsplit(handler, ref):
-            continue  # behind the caller's own staging, or a raw vmap: lookups raise
-        export = handler.export()
+        if _context.obstacle(effect, entry, track=False, through=1) is not None:
+            continue
+        handler = entry[0]
+        export = export_of(handler, exports)
         standins.append(type(handler).rebuild(effect, export.static, export.const, export.carry))
     return standins
 

@@ -250,6 +250,14 @@ class Handler(abc.ABC, Generic[E]):
         object.__setattr__(self, "_effax_home", _trace.current_trace_ref())
         return self
 
+    @classmethod
+    def overrides(cls, method: str) -> bool:
+        """Whether this class overrides `Handler`'s `method` (one derived from
+        `fields`, such as ``"export"`` or ``"absorb"``, or a default such as
+        ``"batch_absorb"``): the runtime then calls it instead of doing its work
+        inline."""
+        return getattr(cls, method) is not getattr(Handler, method)
+
     @property
     def fields(self) -> Fields | None:
         """The attributes that cross a traced boundary (see :class:`effax.Fields`),

@@ -180,18 +180,17 @@ class KeyStream(Handler[RandomKey]):
             self.dynamic, self.offset, self._start = counter, 0, None
 
     @property
-    def wire_counter(self) -> np.int32 | jax.Array:
+    def wire_counter(self) -> int | jax.Array:
         """The counter as it crosses a compiled boundary: an int32 with the bits of
         the uint32 that `fold_in` folds in (counters in [2**31, 2**32) wrap). A
-        NumPy scalar, not a Python int, when known: transformations that treat
-        Python numbers as static (``eqx.filter_jit``) would compile anew for every
-        value of the counter, that is, every call."""
+        Python int when known, the cheapest input of ``jax.jit`` (its C++ dispatch
+        takes it on its fast path); transformations that would hold a Python
+        number static (``eqx.filter_jit``) get it as a NumPy int32 instead
+        (`_plumb.box`)."""
         if self.dynamic is not None:
-            return self.counter  # type: ignore[return-value]
+            return self.counter
         offset = self.offset
-        if offset >= _INT32_END:
-            offset = _checked(self.effect, offset) - _UINT32_END
-        return np.int32(offset)
+        return offset if offset < _INT32_END else _checked(self.effect, offset) - _UINT32_END
 
     @wire_counter.setter
     def wire_counter(self, counter: int | jax.Array) -> None:
@@ -218,8 +217,8 @@ class KeyStream(Handler[RandomKey]):
         split = static is not None
         if split:  # split across the named axes of a batched region
             const = _threefry.fold_in(const, jax.lax.axis_index(static))
-        if isinstance(carry, np.integer):  # `wire_counter`, not traced on its way in
-            carry = int(carry.astype(np.uint32))
+        if isinstance(carry, (int, np.integer)):  # `wire_counter`, not traced on its way in
+            carry = int(np.int32(carry).astype(np.uint32))
         if isinstance(carry, int):
             return cls(effect, const, offset=carry, start=carry, split=split)
         return cls(effect, const, dynamic=carry, split=split)
@@ -232,8 +231,8 @@ class KeyStream(Handler[RandomKey]):
         if self.drawn is not None and not carry_required:
             return Outcome(static=self.drawn)
         counter = self.wire_counter
-        if isinstance(counter, np.integer):
-            counter = jnp.asarray(counter)
+        if isinstance(counter, int):
+            counter = jnp.asarray(counter, jnp.int32)
         return Outcome(static=self.drawn, carry=counter)
 
     def snapshot(self) -> dict[str, Any]:

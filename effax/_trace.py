@@ -27,9 +27,11 @@ import jax
 import jax.numpy as jnp
 from jax._src import core as _core
 from jax._src.interpreters import batching as _batching, partial_eval as _pe
+from jax._src.lax import lax as _lax
 
 __all__ = [
     "SUPPORTED_JAX",
+    "EffaxInternalsError",
     "Trace",
     "TraceRef",
     "batched_here",
@@ -39,6 +41,7 @@ __all__ = [
     "foreign_tracers",
     "innermost_staging_api",
     "is_tracer",
+    "is_weakly_typed",
     "jit_factory_options",
     "output_program",
     "process_count",
@@ -47,6 +50,7 @@ __all__ = [
     "stagings_between",
     "trace_state",
     "varying_axes",
+    "weakly_typed",
 ]
 
 SUPPORTED_JAX: Final = "0.10.x to 0.12.x"
@@ -381,6 +385,23 @@ def _same(value: Any, default: Any) -> bool:
         return False
 
 
+def weakly_typed(x: Any) -> Any:
+    """`x` (an array or tracer) with a weak type: what a Python number passed to
+    ``jax.jit`` becomes, so that a value that went in as one can come out with
+    the same type (and the next call reuse the compiled program)."""
+    if getattr(jax.typeof(x), "weak_type", True):
+        return x
+    return _lax._convert_element_type(x, None, weak_type=True)
+
+
+def is_weakly_typed(x: Any) -> bool:
+    """Whether `x` has a weak type (a Python number, or an array made from one)."""
+    if isinstance(x, (bool, int, float, complex)):
+        return True
+    aval = getattr(x, "aval", None)
+    return bool(getattr(aval, "weak_type", False))
+
+
 # --- self-test --------------------------------------------------------------------
 
 
@@ -426,6 +447,8 @@ def _self_test() -> None:
         jax.vmap(probe("vmap"))(jnp.stack([x]))
         jax.grad(lambda y: probe("grad")(y) * 1.0)(x)
         seen["root"] = reachability(root)
+        if not is_weakly_typed(weakly_typed(x + jnp.zeros((), x.dtype))):
+            seen["weak_type"] = "detached"  # weak types are made another way
         if _trace_ctx.trace._weakref is not root:
             seen["trace_state"] = "detached"  # the cheap identity key is not the trace's
         return x

@@ -150,8 +150,8 @@ def _batched(
     def inner(carries: Any, *args: Any) -> Any:
         out, outcomes = region.run(fun, carries, args, carry_required=False)
         if check_shared:
-            for (effect, _, _), outcome, axis in zip(
-                region.plan, outcomes, region.carry_axes, strict=True
+            for effect, outcome, axis in zip(
+                region.plan.effects, outcomes, region.carry_axes, strict=True
             ):
                 leaves = jax.tree.leaves(outcome.carry)
                 if axis is None and _trace.foreign_tracers(leaves, call_ref):
@@ -182,10 +182,11 @@ def _explain_sizes(region: Region, error: ValueError, wrapper_name: str) -> Base
     """Name the states of a batched region in JAX's error about batch sizes."""
     text = str(error)
     indices = {int(i) for i in _CARRY_PATH.findall(text)}
-    effects = [region.plan[i][0] for i in sorted(indices) if i < len(region.plan)]
+    plumbed = region.plan.effects
+    effects = [plumbed[i] for i in sorted(indices) if i < len(plumbed)]
     if not effects:
         return error
-    text = _CARRY_PATH.sub(lambda m: repr(region.plan[int(m.group(1))][0]), text)
+    text = _CARRY_PATH.sub(lambda m: repr(plumbed[int(m.group(1))]), text)
     new = EffectUsageError(
         f"{wrapper_name}(state='batched') maps every State along its leading axis, so "
         f"{', '.join(repr(e) for e in effects)} must have a leading axis of the batch size "
@@ -199,7 +200,7 @@ def _explain_sizes(region: Region, error: ValueError, wrapper_name: str) -> Base
 def _check_replicated(region: Region, carries: Sequence[Any], names: tuple[Hashable, ...]) -> None:
     """Inside `effax.shard_map`: refuse a shared (replicated) carry that varies
     across devices, naming its effect (JAX would name an internal function)."""
-    for (effect, _, _), axis, carry in zip(region.plan, region.carry_axes, carries, strict=True):
+    for effect, axis, carry in zip(region.plan.effects, region.carry_axes, carries, strict=True):
         if axis is not None:
             continue
         varying = {a for leaf in jax.tree.leaves(carry) for a in _trace.varying_axes(leaf)}

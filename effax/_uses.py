@@ -7,9 +7,10 @@ stack-entry marker: performing that effect raises
 :class:`effax.UndeclaredEffectError`, and `effax.handle` / `effax.jit` do not plumb
 it. Handlers installed inside the function shadow the marker as usual.
 
-The row is also published as ``fn.__effax_row__``, which `effax.handle` reads to
-plumb exactly those effects into a compiled function, and which the mypy plugin
-(`effax_stubs.mypy_plugin`) reads from the decorator to check rows statically.
+The row is also published on the decorated function (`_effect.declared_row`
+reads it), so that `effax.handle` and the wrappers plumb exactly those effects
+into a compiled function; the mypy plugin (`effax_stubs.mypy_plugin`) reads the
+decorator itself to check rows statically.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from . import _context
 from ._context import Blocked
-from ._effect import Effect
+from ._effect import Effect, declare_row
 from ._errors import EffectTypeError, UndeclaredEffectError
 
 __all__ = ["Undeclared", "uses"]
@@ -139,8 +140,8 @@ def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
             finally:
                 _context.pop(token)
 
-        # After `ft.wraps`, which copies a wrapped function's own `__effax_row__`.
-        wrapper.__effax_row__ = row  # type: ignore[attr-defined]
+        # After `ft.wraps`, which copies a wrapped function's own declared row.
+        declare_row(wrapper, row)
         return wrapper
 
     return decorate

@@ -4,8 +4,9 @@ A warm call of ``effax.handle(fn, transform=jax.jit)`` must check that its
 environment still holds, read every plumbed handler's inputs, call the compiled
 program and write the outcomes back. Done through the protocol's methods that is
 a few Python calls and two small objects per handler, more than the 10% of a
-``jax.jit`` dispatch DESIGN principle 5 allows (measured: ~1.5x on a 4-handler
-step, ~40 us for 100 `State` handlers; see benchmarks/profile_dispatch.py). So,
+``jax.jit`` dispatch that effax's zero-cost principle allows (measured: ~1.5x on a
+4-handler step, ~40 us for 100 `State` handlers; see benchmarks/profile_dispatch.py
+and ``docs/benchmarks.md``). So,
 once a program has run under a handler stack, the function `handle` returned runs
 code generated for that program, with the handlers it reads in its one closure
 cell (its *environment*, laid out by `HEAD`):
@@ -63,11 +64,24 @@ import keyword
 import linecache
 import types
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._protocol import Fields, Handler, Outcome
 
-__all__ = ["HEAD", "Form", "Template", "entry_form", "environment", "make_function", "template"]
+if TYPE_CHECKING:
+    from ._plan import Plan
+
+__all__ = [
+    "HEAD",
+    "Form",
+    "Template",
+    "entry_form",
+    "environment",
+    "function_name",
+    "general_template",
+    "make_function",
+    "template",
+]
 
 # The environment's head, in order; the handlers and the template's constants follow.
 HEAD = (
@@ -230,12 +244,10 @@ def _name(attribute: str | None) -> str | None:
     return attribute
 
 
-def _inline_fields(handler: Handler[Any], method: str) -> Fields | None:
-    """The handler's fields, if its class uses `Handler`'s derived `method`."""
-    if getattr(type(handler), method) is not getattr(Handler, method):
-        return None
-    fields = handler.fields
-    if fields is None:
+def _inline_fields(cls: type[Handler[Any]], fields: Fields | None, method: str) -> Fields | None:
+    """The fields of a handler of class `cls`, if the class uses `Handler`'s
+    derived `method` and every field can be written into code."""
+    if fields is None or cls.overrides(method):
         return None
     names = [getattr(fields, f) for f in Fields._fields]
     if any(n is not None and _name(n) is None for n in names):
@@ -243,59 +255,57 @@ def _inline_fields(handler: Handler[Any], method: str) -> Fields | None:
     return fields
 
 
-def template(
-    fn: Callable[..., Any],
-    form: Form,
-    handlers: Sequence[Handler[Any]],
-    statics: Sequence[Any],
-    layout: Sequence[tuple[Hashable, bool, bool]],
-    *,
-    first: bool,
-    outer: bool,
-) -> Template:
-    """Generate the warm path of `fn`'s handled function for one program.
+class _Code:
+    """The generated code's pieces, and the constants its environment's tail
+    holds (every name is a local starting with `_fx`, which `entry_form` keeps
+    out of fn's parameters; builtins included)."""
 
-    `handlers` are a representative set (only their classes and fields are used);
-    `statics` are the program's static keys (``(type, value)`` or None, one per
-    handler); `layout` is the output layout to write for: the first trace's
-    (`first`: outputs come back as a tuple) or another one (a list ending with the
-    layout's static node). `outer`: whether the program depends on the installed
-    stack (if not, the code runs under any stack, and only checks the trace).
-    Run it in an `environment`.
-    """
-    # Every name the code uses is a local starting with `_fx` (which `entry_form`
-    # keeps out of fn's parameters), builtins included.
-    env: list[Any] = [tuple]
-    env_names: list[str] = ["_fxtuple"]
+    def __init__(self) -> None:
+        self.constants: list[Any] = [tuple]
+        self.names: list[str] = ["_fxtuple"]
 
-    def constant(value: Any, name: str) -> str:
-        env.append(value)
-        env_names.append(name)
+    def constant(self, value: Any, name: str) -> str:
+        self.constants.append(value)
+        self.names.append(name)
         return name
 
+
+def _reads(code: _Code, plan: Plan) -> tuple[list[str], list[str], list[str]]:
+    """How the warm path reads each plumbed handler: statements, the checks of
+    the static exports (compared by identity first, as a static export rarely
+    changes, then as jax.jit compares static arguments: same type and equal), and
+    the input expressions in the plan's order."""
     body: list[str] = []
     checks: list[str] = []
     inputs: list[str] = []
-    for i, (handler, static) in enumerate(zip(handlers, statics, strict=True)):
+    for i, slot in enumerate(plan.slots):
         h = f"_fxh{i}"
-        f = _inline_fields(handler, "export")
+        f = _inline_fields(slot.cls, slot.fields, "export")
         static_expr: str | None
         if f is None:
             body.append(f"_fxe{i} = {h}.export()")
             static_expr = f"_fxe{i}[0]"
-            inputs += [f"_fxe{i}[1]", f"_fxe{i}[2]"]
+            inputs += [f"_fxe{i}[1]"] * slot.has_const + [f"_fxe{i}[2]"] * slot.has_carry
         else:
             static_expr = None if f.static is None else f"{h}.{f.static}"
             inputs += [f"{h}.{name}" for name in (f.const, f.carry) if name is not None]
         if static_expr is not None:
-            # compared by identity first (a static export rarely changes), then as
-            # jax.jit compares static arguments: same type and equal
-            value, kind = (None, type(None)) if static is None else (static[1], static[0])
-            s, t = constant(value, f"_fxS{i}"), constant(kind, f"_fxT{i}")
+            value = slot.static
+            s, t = code.constant(value, f"_fxS{i}"), code.constant(type(value), f"_fxT{i}")
             body.append(f"_fxv{i} = {static_expr}")
             v = f"_fxv{i}"
             checks.append(f"({v} is not {s} and ({v}.__class__ is not {t} or {v} != {s}))")
+    return body, checks, inputs
 
+
+def _writes(
+    code: _Code,
+    handlers: Sequence[Handler[Any]],
+    layout: Sequence[tuple[Hashable, bool, bool]],
+) -> tuple[list[str], int]:
+    """How the warm path writes each outcome of `layout` back (what
+    `Handler.absorb` does with it, for steps=1), and how many output parts the
+    program returns."""
     writes: list[str] = []
     n_parts = 0
     for i, (handler, (static, has_carry, has_values)) in enumerate(
@@ -307,36 +317,69 @@ def template(
             carry, n_parts = f"_fxc{n_parts}", n_parts + 1
         if has_values:
             values, n_parts = f"_fxc{n_parts}", n_parts + 1
-        f = _inline_fields(handler, "absorb")
+        f = _inline_fields(type(handler), handler.fields, "absorb")
         if f is None:
             if static is not None or has_carry or has_values:
-                t = constant(static, f"_fxO{i}")
-                if "_fxOutcome" not in env_names:
-                    constant(Outcome, "_fxOutcome")
+                t = code.constant(static, f"_fxO{i}")
+                if "_fxOutcome" not in code.names:
+                    code.constant(Outcome, "_fxOutcome")
                 writes.append(f"{h}.absorb(_fxOutcome({t}, {carry}, {values}), steps=1)")
             continue
-        # what `Handler.absorb` does with this outcome, for steps=1
         if f.advance is not None and type(static) is int:
             if static:
-                writes.append(f"{h}.{f.advance} += {constant(static, f'_fxK{i}')}")
+                writes.append(f"{h}.{f.advance} += {code.constant(static, f'_fxK{i}')}")
         elif f.carry is not None and has_carry:
             writes.append(f"{h}.{f.carry} = {carry}")
         if f.values is not None and has_values:
             writes.append(f"{h}.{f.values}.extend({values})")
+    return writes, n_parts
 
-    handler_names = [f"_fxh{i}" for i in range(len(handlers))]
-    names = [f"_fx{name}" for name in HEAD] + handler_names + env_names
+
+def _call(form: Form, inputs: Sequence[str]) -> list[str]:
+    """The call of the compiled program with the plumbed inputs, then `fn`'s
+    arguments, into ``_fxr``."""
     call_args = "".join(f"{a}, " for a in inputs)
     if form.names is None:
         # one tuple for all positional arguments: cheaper than ``f(a, b, *args)``
-        call = [
+        return [
             "    if kwargs:",
             f"        _fxr = _fxfn(*({call_args}) + args, **kwargs)",
             "    else:",
             f"        _fxr = _fxfn(*({call_args}) + args)",
         ]
-    else:
-        call = [f"    _fxr = _fxfn({call_args}{''.join(f'{n}, ' for n in form.names)})"]
+    return [f"    _fxr = _fxfn({call_args}{''.join(f'{n}, ' for n in form.names)})"]
+
+
+def template(
+    fn: Callable[..., Any],
+    form: Form,
+    plan: Plan,
+    handlers: Sequence[Handler[Any]],
+    layout: Sequence[tuple[Hashable, bool, bool]],
+    *,
+    first: bool,
+    outer: bool,
+    box: Callable[[Any], Any] | None,
+) -> Template:
+    """Generate the warm path of `fn`'s handled function for one program.
+
+    `plan` is the program's input layout (with its static exports); `handlers`
+    are a representative set (only their classes and fields are used); `layout`
+    is the output layout to write for: the first trace's (`first`: outputs come
+    back as a tuple) or another one (a list ending with the layout's static
+    node). `outer`: whether the program depends on the installed stack (if not,
+    the code runs under any stack, and only checks the trace). `box`: what each input
+    goes through first, if anything (`_plumb.box`: Python numbers as NumPy
+    scalars). Run it in an `environment`.
+    """
+    code = _Code()
+    body, checks, inputs = _reads(code, plan)
+    if box is not None and inputs:
+        boxed = code.constant(box, "_fxbox")
+        inputs = [f"{boxed}({x})" for x in inputs]
+    writes, n_parts = _writes(code, handlers, layout)
+    handler_names = [f"_fxh{i}" for i in range(len(handlers))]
+    names = [f"_fx{name}" for name in HEAD] + handler_names + code.names
     general = f"_fxgeneral({form.args}, {form.kwargs})"
     lines = [
         "if _fxenv[0] is not _fxtoken:",
@@ -352,7 +395,7 @@ def template(
         lines += [f"if {' or '.join(checks)}:", f"    return {general}"]
     lines += [
         "try:",
-        *call,
+        *_call(form, inputs),
         "except _fxretrace:",
         f"    return {general}",
         "except Exception as _fxerror:",
@@ -368,8 +411,8 @@ def template(
         lines.append(f"{''.join(f'{n}, ' for n in unpacked)}= _fxp")
     lines += writes
     lines.append("return _fxout")
-    code = _compile(function_name(fn), form.params, lines)
-    return code._replace(constants=tuple(env))
+    compiled = _compile(function_name(fn), form.params, lines)
+    return compiled._replace(constants=tuple(code.constants))
 
 
 def environment(code: Template, handlers: Sequence[Handler[Any]], **head: Any) -> tuple[Any, ...]:

@@ -25,7 +25,14 @@ from ._rows import Analysis
 from ._tree import descendants, is_uses, top_level
 from ._walker import Walker, hooked
 
-__all__ = ["check_function", "check_module", "find_decorator", "scope_stack"]
+__all__ = [
+    "calls_in",
+    "check_function",
+    "check_module",
+    "find_decorator",
+    "report_unhandled",
+    "scope_stack",
+]
 
 
 def scope_stack(api: CheckerPluginInterface) -> list[object]:

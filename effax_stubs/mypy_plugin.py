@@ -135,7 +135,7 @@ from ._rows import Analysis
 from ._tree import effect_operations_in, is_uses, top_level
 from ._values import check_value
 
-__all__ = ["HANDLER_TYPE", "SUPPORTED_MYPY", "UNDECLARED", "UNHANDLED", "plugin"]
+__all__ = ["HANDLER_TYPE", "SUPPORTED_MYPY", "UNDECLARED", "UNHANDLED", "EffaxPlugin", "plugin"]
 
 SUPPORTED_MYPY: Final = ((1, 20), (2, 5))
 """The mypy versions the plugin is tested with: at least the first, below the second."""

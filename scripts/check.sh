@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Every check effax has, on both supported JAX lines, from a fresh clone:
+# Every check effax has, on the JAX lines it supports, from a fresh clone:
 #   ruff (lint + format), mypy --strict over effax/, the test suite (docstring
 #   examples included) on the default python3 (jax 0.10.x on 3.11) and on a
-#   Python 3.12 (jax 0.12.x); then the documentation site (docs/), every page
-#   executed, warnings as errors.
+#   Python 3.12 (jax 0.12.x); the core transparency suite (CORE_SUITE below) on
+#   Python 3.12 with jax 0.11.x; then the documentation site (docs/), every page
+#   executed, warnings as errors. Each environment's jax and jaxlib are pinned
+#   (JAX_* below), so every run tests the same versions.
 # Environments are created under .venvs/ on first use and reused afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,15 +22,34 @@ find_py312() {
   return 1
 }
 
-run_suite() {  # run_suite NAME HYPOTHESIS_PROFILE
-  local env=".venvs/$1"
-  echo "==> $1: $("$env/bin/python" -c 'import sys, jax; print(f"python {sys.version.split()[0]}, jax {jax.__version__}")')"
+run_suite() {  # run_suite NAME HYPOTHESIS_PROFILE [TEST PATH...]
+  local name="$1" env=".venvs/$1" profile="$2"
+  shift 2
+  echo "==> $name: $("$env/bin/python" -c 'import sys, jax; print(f"python {sys.version.split()[0]}, jax {jax.__version__}")')"
   # one pytest worker per core (pytest-xdist); PYTEST_WORKERS=0 runs in one process
-  HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-$2}" "$env/bin/python" -m pytest \
-    -n "${PYTEST_WORKERS:-auto}" "${PYTEST_ARGS[@]}"
+  HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-$profile}" "$env/bin/python" -m pytest \
+    -n "${PYTEST_WORKERS:-auto}" "$@" "${PYTEST_ARGS[@]}"
 }
 
 PYTEST_ARGS=("$@")
+# The JAX each environment tests, jax and jaxlib alike (pyproject.toml allows
+# >=0.10,<0.13; these are the newest patches of each line on the index).
+JAX_DEFAULT=0.10.2   # .venvs/default, python3 (3.11)
+JAX_PY312=0.12.0.1   # .venvs/py312, Python 3.12
+JAX_MIDDLE=0.11.2    # .venvs/py312-jax011, Python 3.12, core suite only
+# The core transparency suite, the one run on the middle JAX line: effax's promise
+# that handled code computes under jit/scan/cond/vmap exactly what it does eagerly,
+# per feature (handle and its transforms, control flow, key streams, the effect
+# kinds, context variables, shard_map and sharded jit on 8 host devices) and over
+# 100 random programs (test_properties under ci-small): what leans on the JAX
+# internals that change between releases, in about a minute on two cores. The rest
+# (typing, plugins, peer-library ports, docs, examples) is JAX-independent or is
+# already covered on 0.10 and 0.12.
+CORE_SUITE=(
+  tests/test_handle.py tests/test_transforms.py tests/test_control.py tests/test_keys.py
+  tests/test_effects.py tests/test_context_var.py tests/test_sharding.py
+  tests/test_properties.py
+)
 export XLA_FLAGS="${XLA_FLAGS:---xla_force_host_platform_device_count=8}"
 
 PY_DEFAULT="$(command -v python3)"
@@ -39,8 +60,9 @@ if ! PY312="$(find_py312)"; then
   exit 3
 fi
 
-make_env default "$PY_DEFAULT" "[dev,docs]"
-make_env py312 "$PY312" "[dev,docs]"
+make_env default "$PY_DEFAULT" "[dev,docs]" "jax==$JAX_DEFAULT" "jaxlib==$JAX_DEFAULT"
+make_env py312 "$PY312" "[dev,docs]" "jax==$JAX_PY312" "jaxlib==$JAX_PY312"
+make_env py312-jax011 "$PY312" "[test]" "jax==$JAX_MIDDLE" "jaxlib==$JAX_MIDDLE"
 
 echo "==> ruff"
 .venvs/default/bin/ruff check .
@@ -49,9 +71,10 @@ echo "==> mypy --strict effax/ effax_stubs/"
 .venvs/default/bin/mypy --strict effax effax_stubs
 .venvs/py312/bin/mypy --strict effax effax_stubs
 
-# 500 generated programs on the default JAX, 100 more on the second one
+# 500 generated programs on the default JAX, 100 more on each of the others
 run_suite default ci
 run_suite py312 ci-small
+run_suite py312-jax011 ci-small "${CORE_SUITE[@]}"
 echo "==> docs: every page executed, warnings as errors"
 .venvs/default/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 echo "==> all checks passed"

@@ -9,12 +9,13 @@ compile counts come from `jax.monitoring`'s backend-compile events.
 """
 
 import functools as ft
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_bitwise_equal, assert_transparent
+from helpers import Counter, Tally, assert_bitwise_equal, assert_transparent
 from jax import lax
 
 import effax as fx
@@ -588,3 +589,93 @@ def test_a_handler_whose_value_cannot_be_an_input_is_named():
     static_mode = fx.Ask[str]("mode", static=True)
     with static_mode.provide("train"):
         assert float(fx.jit(lambda x: x * 2 if static_mode.ask() == "train" else x)(1.0)) == 2.0
+
+
+# --- each handler is asked for its export once per call ------------------------------
+
+
+class CountedTally(Tally):
+    """A `Tally` that counts how often it is asked for its export."""
+
+    exports: ClassVar[list[int]] = []
+
+    def export(self):
+        CountedTally.exports.append(id(self))
+        return super().export()
+
+
+@pytest.mark.parametrize("transform", ["jit", "checkpoint"])
+def test_each_handler_exports_once_per_first_call(transform):
+    """The first call resolves every reachable handler (to trace with all of them
+    plumbed in), then the narrower environment of its row: each handler's
+    `export()` runs once for the call, used or not, plumbable or not."""
+    used, unused, odd = Counter("used"), Counter("unused"), Counter("odd")
+
+    def step(x):
+        used.tick()
+        return x + 1
+
+    wrap = fx.jit if transform == "jit" else ft.partial(fx.handle, transform=jax.checkpoint)
+    handlers = [CountedTally(used), CountedTally(unused), CountedTally(odd, count="not an array")]
+    CountedTally.exports.clear()
+    handled = wrap(step)
+    with fx.handlers(*handlers):
+        out = handled(jnp.float32(1))
+        first = list(CountedTally.exports)
+        CountedTally.exports.clear()
+        out2 = handled(jnp.float32(1))
+        later = list(CountedTally.exports)
+    assert float(out) == float(out2) == 2.0
+    assert int(handlers[0].count) == 2
+    assert sorted(first) == sorted(id(h) for h in handlers)
+    if transform == "jit":  # warm: a handler overriding export is asked, once
+        assert later == [id(handlers[0])]
+    # (jax.checkpoint traces again on every call: the handlers the function does
+    # not use are rebuilt inside as stand-ins, from their exports)
+
+
+# --- Python numbers cross jax.jit as they are, and come back with their type ------------
+
+
+def test_a_counter_that_became_traced_does_not_retrace():
+    """A key counter crosses jax.jit as a Python int (weakly typed) while it is
+    known; after a while_loop it comes back traced, with the same weak type, so
+    the next calls reuse the program."""
+    traces = []
+
+    def draw_until(n):
+        traces.append(1)
+        body = lambda c: (c[0] + 1, c[1] + fx.random.uniform())
+        return fx.while_loop(lambda c: c[0] < n, body, (0, jnp.float32(0)))[1]
+
+    def calls(f):
+        with fx.rng.seed(4) as stream:
+            out = [f(n) for n in (1, 3, 2)]
+            out.append(fx.rng.next_key())
+        return out, stream.counter
+
+    ours = calls(fx.jit(draw_until))
+    assert len(traces) == 1
+    theirs = calls(draw_until)
+    assert_transparent(ours[0][:3], theirs[0][:3])
+    assert_bitwise_equal(ours[0][3], theirs[0][3])
+    assert int(ours[1]) == int(theirs[1])
+
+
+def test_a_python_number_state_compiles_once():
+    """A State holding a Python float crosses as one (weakly typed) and comes back
+    as a weakly typed array: one program for every call."""
+    acc = fx.State[float]("acc")
+    traces = []
+
+    def add(x):
+        traces.append(1)
+        acc.set(acc.get() + x)
+        return acc.get()
+
+    compiled = fx.jit(add)
+    with acc.init(0.5) as cell:
+        outs = [compiled(jnp.float32(i)) for i in range(3)]
+    assert len(traces) == 1
+    assert [float(o) for o in outs] == [0.5, 1.5, 3.5]
+    assert float(cell.value) == 3.5

@@ -203,10 +203,10 @@ def test_filter_jit_options_pass_through_a_partial():
     assert_same(run(step, model, XS)[:3], run(lambda m, x: m(x), model, XS)[:3])
 
 
-def test_python_numbers_in_handlers_are_static_under_filter_jit_and_results_still_match():
-    # eqx.filter_jit treats Python numbers as static: a handled Python float is
-    # compiled in (one program per value), as it would be as a direct argument.
-    # The results are the eager ones; arrays avoid the extra compiles.
+def test_python_numbers_in_handlers_are_traced_under_filter_jit():
+    # eqx.filter_jit holds Python numbers static; effax passes a handler's Python
+    # numbers as NumPy scalars, so a new value does not compile a new program, as
+    # under jax.jit. The results are the eager ones.
     offset = fx.Ask[float]("offset")
     total = fx.State[float]("total")
     traces = []
@@ -223,7 +223,28 @@ def test_python_numbers_in_handlers_are_static_under_filter_jit_and_results_stil
             results.append((step(jnp.ones(2)), cell.value))
     assert [float(r[0][0]) for r in results] == [0.5, 0.25, 0.5]
     assert [float(r[1]) for r in results] == [1.5, 1.25, 1.5]
-    assert len(traces) == 2  # one program per distinct Python value, reused after
+    assert len(traces) == 1
+
+
+@pytest.mark.reuses_keys_on_purpose
+@pytest.mark.parametrize("counter", [0, 2**31 - 1, 2**31, 2**32 - 2])
+def test_key_counters_cross_filter_jit_as_arrays(counter):
+    """The counter of a key stream crosses eqx.filter_jit as an int32 array (a
+    Python int would be static: one program per call), with the uint32's bits."""
+    traces = []
+
+    def draw():
+        traces.append(1)
+        return fx.rng.next_key()
+
+    step = fx.handle(draw, transform=eqx.filter_jit)
+    with fx.rng.seed(0) as stream:
+        stream.counter = counter
+        got = [step(), step()]
+    want = [jax.random.fold_in(jax.random.key(0), counter + i) for i in range(2)]
+    assert_same(jax.random.key_data(jnp.stack(got)), jax.random.key_data(jnp.stack(want)))
+    assert int(stream.counter) == counter + 2
+    assert len(traces) == 1
 
 
 def test_an_exception_inside_leaves_the_handlers_as_they_were():

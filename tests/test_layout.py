@@ -11,9 +11,19 @@ LAYERS = [
     {"_context", "_threefry"},
     {"_protocol", "_effect"},
     {"_ask", "_state", "_random_key", "_emit"},
-    {"_handlers", "_region", "_plumb", "_warmpath", "_uses", "_discrete"},
-    {"_environment", "_snapshot"},
-    {"_program"},
+    {
+        "_handlers",
+        "_plan",
+        "_boundary",
+        "_visible",
+        "_writeback",
+        "_plumb",
+        "_warmpath",
+        "_uses",
+        "_discrete",
+    },
+    {"_inside", "_environment", "_snapshot"},
+    {"_region", "_program"},
     {"_explain"},
     {"_callpath"},
     {"_handle"},
@@ -72,3 +82,70 @@ def test_no_module_over_500_lines():
     files = [*EFFAX.glob("*.py"), *(EFFAX.parent / "effax_stubs").glob("*.py")]
     sizes = {p.name: len(p.read_text().splitlines()) for p in files}
     assert max(sizes.values()) <= 500, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+
+
+def top_level_names(path):
+    """A module's top-level names: (defined, type aliases, imported). Defined are
+    its functions, classes and constants; type aliases (`X = tuple[...]`, `X =
+    Any`) may be listed in `__all__` or not; imported names may be listed as
+    re-exports."""
+    defined, aliases, imported = set(), set(), set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.ImportFrom):
+            imported.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {t.id for t in targets if isinstance(t, ast.Name)}
+            value = node.value
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) in {
+                "TypeVar",
+                "ParamSpec",
+            }:
+                continue
+            alias = isinstance(value, (ast.Subscript, ast.BinOp)) or (
+                isinstance(value, ast.Name) and value.id == "Any"
+            )
+            (aliases if alias else defined).update(names)
+    public = lambda names: {n for n in names if not n.startswith("_")}
+    return public(defined), public(aliases), public(imported)
+
+
+def declared_all(path):
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def test_every_all_lists_exactly_the_module_public_names():
+    """A module's `__all__` lists what it defines without a leading underscore:
+    nothing missing, nothing stale (a listed name is defined, a type alias, or
+    re-exported)."""
+    for path in [*modules(), *sorted((EFFAX.parent / "effax_stubs").glob("*.py"))]:
+        if path.stem == "__init__":
+            continue
+        declared = declared_all(path)
+        assert declared is not None, f"{path.name} has no __all__"
+        defined, aliases, imported = top_level_names(path)
+        assert defined <= declared, f"{path.name}: missing {sorted(defined - declared)}"
+        stale = declared - defined - aliases - imported
+        assert not stale, f"{path.name}: lists {sorted(stale)}, which it does not define"
+
+
+def test_the_call_path_map_names_real_functions():
+    """Every `module:function` step of effax/README.md's call-path map exists."""
+    import importlib
+    import re
+
+    text = (EFFAX / "README.md").read_text()
+    steps = re.findall(r"`(_\w+):([\w.]+)`", text.split("## The call path", 1)[1])
+    assert len(steps) >= 20
+    for module, name in steps:
+        obj = importlib.import_module(f"effax.{module}")
+        for part in name.split("."):
+            assert hasattr(obj, part), f"effax.{module}:{name} does not exist"
+            obj = getattr(obj, part)

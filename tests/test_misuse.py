@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import effax as fx
 from tests.helpers import assert_bitwise_equal, assert_transparent
 
-# Module-level effects, as DESIGN asks (they pickle by reference to these names).
+# Module-level effects, as effax asks (docs/concepts.md) (they pickle by reference to these names).
 total = fx.State[jnp.ndarray]("total")
 log = fx.Emit[jnp.ndarray]("log")
 scale = fx.Ask[jnp.ndarray]("scale")

@@ -1,0 +1,94 @@
+"""Inside a traced region: the plumbed handlers rebuilt, and what they send out.
+
+`handle`, the control-flow wrappers and the transformation wrappers all cross a
+boundary the same way, over the `Handler` protocol: outside, the handlers to plumb
+are chosen (`_visible`, `_environment`) and exported; inside, `enter_inside`
+rebuilds them from their plan (`_plan`) and installs them, the user's function
+runs, and `outcomes_of` collects what each inner handler sends out; after the
+region, its caller writes the outcomes back (`_writeback`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from . import _context, _trace
+from ._boundary import check_outcome
+from ._context import Entry, Tracked
+from ._effect import Effect
+from ._plan import Plan
+from ._protocol import Handler, Outcome
+
+__all__ = ["enter_inside", "outcomes_of", "run_inside"]
+
+R = TypeVar("R")
+
+
+def run_inside(
+    plan: Plan,
+    dynamic: Sequence[tuple[Any, Any]],
+    fn: Callable[..., R],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    track: set[Effect[Any]] | None = None,
+    standins: Sequence[Handler[Any]] = (),
+    recorder: set[Effect[Any]] | None = None,
+    blocked: Mapping[Effect[Any], Entry] | None = None,
+) -> tuple[R, list[Handler[Any]]]:
+    """Rebuild the plumbed handlers inside a region, run `fn` under them.
+
+    Returns `fn`'s result and the inner handlers. With `track`, the inner handlers
+    (and the `standins`: handlers visible outside but not plumbed, rebuilt from
+    their current values so that performing them changes nothing outside) record
+    into it which of them were performed; with `recorder`, lookups that find no
+    usable handler are recorded there.
+    """
+    token, inner = enter_inside(
+        plan, dynamic, track=track, standins=standins, recorder=recorder, blocked=blocked
+    )
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        _context.pop(token)
+    return out, inner
+
+
+def enter_inside(
+    plan: Plan,
+    dynamic: Sequence[tuple[Any, Any]],
+    *,
+    track: set[Effect[Any]] | None = None,
+    standins: Sequence[Handler[Any]] = (),
+    recorder: set[Effect[Any]] | None = None,
+    blocked: Mapping[Effect[Any], Entry] | None = None,
+) -> tuple[Any, list[Handler[Any]]]:
+    """`run_inside` without the call: install the rebuilt handlers (and the
+    `blocked` entries, which hide handlers that cannot enter); returns the token
+    that `_context.pop` takes to remove them, and the inner handlers."""
+    inner = plan.rebuild(dynamic)
+    ref = (
+        _trace.current_trace_ref() if track is None else Tracked(_trace.current_trace_ref(), track)
+    )
+    entries = dict(blocked or {})
+    entries.update({handler.effect: (handler, ref) for handler in (*standins, *inner)})
+    return _context.push_entries(entries, recorder=recorder), list(inner)
+
+
+def outcomes_of(
+    plan: Plan,
+    dynamic: Sequence[tuple[Any, Any]],
+    inner: Sequence[Handler[Any]],
+    *,
+    carry_required: bool,
+    where: str | None = None,
+) -> list[Outcome]:
+    """What the inner handlers send out; checked to leave `where` (a traced region,
+    named for messages) if given."""
+    results = []
+    for slot, (_, carry), handler in zip(plan.slots, dynamic, inner, strict=True):
+        result = handler.outcome(carry_required=carry_required)
+        check_outcome(slot.effect, carry, result, where)
+        results.append(result)
+    return results
