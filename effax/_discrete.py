@@ -8,7 +8,7 @@ from typing import Any
 
 import jax
 
-from ._random_key import RandomKey, rng
+from ._random_key import RandomKey, checked_key, rng
 
 __all__ = ["bernoulli", "categorical", "choice", "permutation", "randint"]
 
@@ -42,7 +42,7 @@ def bernoulli(
     [False, True]
 
     """
-    return jax.random.bernoulli(stream.next_key(), p, shape)
+    return jax.random.bernoulli(checked_key(stream, "effax.random.bernoulli", shape), p, shape)
 
 
 def categorical(
@@ -75,7 +75,9 @@ def categorical(
     [1, 1, 1, 1]
 
     """
-    return jax.random.categorical(stream.next_key(), logits, axis, shape)
+    return jax.random.categorical(
+        checked_key(stream, "effax.random.categorical", shape), logits, axis, shape
+    )
 
 
 def randint(
@@ -108,7 +110,9 @@ def randint(
     True
 
     """
-    return jax.random.randint(stream.next_key(), shape, minval, maxval, dtype)
+    return jax.random.randint(
+        checked_key(stream, "effax.random.randint", shape), shape, minval, maxval, dtype
+    )
 
 
 def permutation(
@@ -137,7 +141,9 @@ def permutation(
     ((3, 2), [0, 2, 4])
 
     """
-    return jax.random.permutation(stream.next_key(), x, axis, independent)
+    return jax.random.permutation(
+        checked_key(stream, "effax.random.permutation"), x, axis, independent
+    )
 
 
 def choice(
@@ -177,4 +183,6 @@ def choice(
     [20, 20, 20, 20]
 
     """
-    return jax.random.choice(stream.next_key(), a, shape, replace, p, axis)
+    return jax.random.choice(
+        checked_key(stream, "effax.random.choice", shape), a, shape, replace, p, axis
+    )

@@ -33,6 +33,7 @@ __all__ = [
     "Effect",
     "check_write",
     "declare_row",
+    "declared_at",
     "declared_row",
     "init_effect",
     "leak_message",
@@ -62,7 +63,7 @@ class Effect(Generic[H]):
 
     """
 
-    __slots__ = ("name",)
+    __slots__ = ("_effax_where", "name")
     # How a handler of this kind of effect is made, for messages; `{name}` is the
     # effect's name (e.g. "{name}.init(value)").
     handler_hint: ClassVar[str] = "a handler"
@@ -126,6 +127,8 @@ class Effect(Generic[H]):
                 f"{self!r} was performed with no handler installed. Install one around "
                 f"the call, e.g. `with {self.handler_example()}: ...` or "
                 f"`effax.handle(fn, {self.handler_example()})`{self.where_variable()}."
+                + self.unhandled_hint()
+                + _namesakes(self)
                 + (_MULTI_PROCESS.format(n=processes) if processes > 1 else "")
             )
         handler, ref = entry
@@ -144,6 +147,11 @@ class Effect(Generic[H]):
         if ref is not _trace.current_trace_ref():
             check_write(self, value, ref)
         return handler
+
+    def unhandled_hint(self) -> str:
+        """For the message of performing this effect with no handler: another
+        way to handle it, if there is one ("" if not; starts with a space)."""
+        return ""
 
     def uncompilable_fix(self, where: str) -> str:
         """For a message saying that this effect's handler holds a value that cannot
@@ -233,6 +241,46 @@ def init_effect(effect: Effect[Any], name: str) -> None:
     if not isinstance(name, str):
         raise EffectTypeError(f"An effect's name must be a string, got {type(name).__name__}.")
     object.__setattr__(effect, "name", name)
+    object.__setattr__(effect, "_effax_where", _caller_outside_effax())
+
+
+def _caller_outside_effax() -> str | None:
+    """``file:line`` of the innermost frame outside effax (where an effect is
+    declared), for messages."""
+    frame = sys._getframe(1)
+    package = __name__.rsplit(".", 1)[0] + "."
+    # (`Ask[float]("t")` is called through typing's generic alias)
+    while frame is not None and (
+        frame.f_globals.get("__name__", "").startswith(package)
+        or frame.f_globals.get("__name__") == "typing"
+    ):
+        frame = frame.f_back  # type: ignore[assignment]
+    return None if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def declared_at(effect: Effect[Any]) -> str:
+    """Where `effect` was declared, for messages (``"an unknown place"`` if effax
+    did not see it: a subclass that does not call ``Effect.__init__``)."""
+    where = getattr(effect, "_effax_where", None)
+    return where or "an unknown place"
+
+
+def _namesakes(effect: Effect[Any]) -> str:
+    """For an unhandled `effect`: the handled effects of the same name and kind (two
+    declarations of one name are two effects), and where each was declared."""
+    same = [
+        other
+        for other in _context.current_stack()
+        if other is not effect and other.name == effect.name and type(other) is type(effect)
+    ]
+    if not same:
+        return ""
+    return (
+        f" A different effect with the same name is handled here: {same[0]!r}, declared at "
+        f"{declared_at(same[0])}; this one was declared at {declared_at(effect)}. Two "
+        "declarations of one name are two effects (effects are compared by identity): "
+        "declare it once, in one module, and import it where it is performed."
+    )
 
 
 def _module_global(effect: Effect[Any]) -> tuple[str, str] | None:

@@ -37,6 +37,12 @@ class Emit(Effect["Collector[T]"], Generic[T]):
 
     handler_hint = "{name}.collect()"
 
+    def unhandled_hint(self) -> str:
+        return (
+            f" Where the values are not wanted (at evaluation time), "
+            f"`{self.variable_name()}.discard()` drops them."
+        )
+
     def emit(self, value: T) -> None:
         """Append `value` to the innermost collector."""
         self.handler_for_write(value).values.append(value)

@@ -47,11 +47,27 @@ def explain(plan: Plan, error: BaseException, resolved: Resolved | None = None) 
     effect = found[0][0]
     text = _PLUMBED.sub(lambda m: owners[int(m.group(1))][1], text)
     hint = ""
-    if isinstance(error, jax.errors.ConcretizationTypeError):
+    if _needs_concrete(error):
         hint = effect.traced_value_hint()
         hint = f"\n\n{hint}" if hint else ""
     message = f"{type(error).__name__} for {effect!r} in a compiled call: {text}{hint}"
     return _chained(EffectTypeError(message), error)
+
+
+# JAX's errors for Python needing the value of a traced input (`if`, `int()`,
+# indexing, a shape): a traced `Ask` there wants `static=True`.
+_CONCRETE_ERRORS = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerIntegerConversionError,
+    jax.errors.TracerBoolConversionError,
+    jax.errors.TracerArrayConversionError,
+)
+
+
+def _needs_concrete(error: BaseException) -> bool:
+    return isinstance(error, _CONCRETE_ERRORS) or (
+        isinstance(error, TypeError) and "concrete" in str(error)
+    )
 
 
 def _chained(new: BaseException, cause: BaseException) -> BaseException:

@@ -165,6 +165,7 @@ def handle(
     check_callable(fn, "fn")
     if transform is not None:
         check_callable(transform, "transform")
+        _check_transform(transform)
     kind = _suspending(fn)
     if kind is not None and (transform is not None or kind != "a coroutine"):
         raise EffectTypeError(
@@ -186,6 +187,11 @@ def handle(
                 "effax.handle(fn, *handlers) takes handlers (e.g. `steps.init(0)`), but "
                 f"got {type(handler).__name__}: {handler!r}."
             )
+    if not isinstance(donate_state, bool):
+        raise EffectTypeError(
+            f"effax.handle(..., donate_state=...) takes True or False, but got "
+            f"{type(donate_state).__name__}: {donate_state!r}."
+        )
     if donate_state and transform is None:
         raise EffectUsageError(
             "donate_state=True donates the plumbed states to a compiled call: give "
@@ -233,6 +239,38 @@ class _Attributes(dict[str, Any]):
 
     def __iter__(self) -> Any:
         return iter(self.keys())
+
+
+# Transformations that change how a function is called or what it returns: `handle`
+# passes the handlers' values as extra inputs and outputs, which these would map
+# or differentiate. Their effect-aware versions, by the name a user writes.
+_REWRITING = {
+    jax.vmap: "effax.vmap(fn, keys=..., state=...)",
+    jax.grad: "effax.grad(fn)",
+    jax.value_and_grad: "effax.value_and_grad(fn)",
+    jax.jacfwd: "effax.grad or jax.jacfwd inside the handled function",
+    jax.jacrev: "effax.grad or jax.jacrev inside the handled function",
+    jax.hessian: "jax.hessian inside the handled function",
+    jax.pmap: "effax.shard_map",
+}
+
+
+def _check_transform(transform: Transform) -> None:
+    """Refuse a transformation `handle` cannot carry effects across, naming the
+    effax wrapper to use instead."""
+    base = normalize_transform(transform)
+    base = base.func if isinstance(base, ft.partial) else base
+    for rewriting, instead in _REWRITING.items():
+        if base is rewriting:
+            raise EffectTypeError(
+                f"effax.handle(fn, transform={getattr(base, '__name__', base)}) cannot carry "
+                "effects: handle passes the handlers' values into the transformed function "
+                "as extra inputs and takes their new values out as extra outputs, which "
+                "this transformation would map or differentiate. handle's transform must "
+                "call the function once with the inputs it was given (jax.jit, "
+                "jax.checkpoint, jax.eval_shape, eqx.filter_jit, nnx.jit). Use "
+                f"{instead} instead."
+            )
 
 
 def _suspending(fn: Callable[..., Any]) -> str | None:

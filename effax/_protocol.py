@@ -339,6 +339,12 @@ class Handler(abc.ABC, Generic[E]):
             _no_fields(self, "snapshot")
         return None if f.carry is None else getattr(self, f.carry)
 
+    def check_snapshot(self, snapshot: PyTree) -> str | None:
+        """Why `snapshot` (of this handler's structure, shapes and dtypes) cannot
+        be restored into it, or None: `effax.restore` asks before anything is
+        written. The default accepts it."""
+        return None
+
     def restore(self, snapshot: PyTree) -> None:
         """Write back what `snapshot` returned (checked by `effax.restore` to have
         the structure, shapes and dtypes of the current one)."""

@@ -15,7 +15,7 @@ from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
 
-__all__ = ["KeyState", "KeyStream", "RandomKey", "rng"]
+__all__ = ["KeyState", "KeyStream", "RandomKey", "checked_key", "rng"]
 
 
 def _as_key(seed: Any, effect: RandomKey) -> jax.Array:
@@ -242,6 +242,17 @@ class KeyStream(Handler[RandomKey]):
             counter = int(np.asarray(counter).astype(np.uint32))
         return {"base_key": self.base_key, "counter": np.int64(counter)}
 
+    def check_snapshot(self, snapshot: dict[str, Any]) -> str | None:
+        counter = np.asarray(snapshot["counter"])
+        if counter.shape or not 0 <= int(counter) < _UINT32_END:
+            return (
+                f"The snapshot of {self.effect!r} holds the key counter {counter!r}, which "
+                "no stream reaches: a counter is how many keys were drawn, from 0 to "
+                "2**32 - 1 (a negative one would repeat keys, a larger one overflow the "
+                "uint32 that fold_in folds in). Restore a snapshot effax.snapshot made."
+            )
+        return None
+
     def restore(self, snapshot: dict[str, Any]) -> None:
         self.base_key = snapshot["base_key"]
         self.counter = int(snapshot["counter"])
@@ -258,6 +269,31 @@ class KeyStream(Handler[RandomKey]):
             self.absorb(outcome, steps=1)
         else:
             self.absorb(Outcome(static=1), steps=1)
+
+
+def checked_key(stream: Any, where: str, shape: Any = ()) -> jax.Array:
+    """``stream.next_key()`` for the sampler `where` (e.g. ``"effax.random.normal"``),
+    once its arguments are checked: `stream` must be a `RandomKey` and `shape` a
+    sequence of non-negative ints (or None where the sampler allows it), before a
+    key is drawn (a refused call draws none)."""
+    if not isinstance(stream, RandomKey):
+        raise EffectTypeError(
+            f"{where}(stream=...) takes a RandomKey effect (e.g. `effax.rng`, or "
+            f"`noise = effax.RandomKey('noise')` seeded with `noise.seed(0)`), but got "
+            f"{type(stream).__name__}: {stream!r}. Leave `stream` out to draw from effax.rng."
+        )
+    if shape is not None:
+        dims = (shape,) if isinstance(shape, int) else shape
+        try:
+            bad = [d for d in dims if not isinstance(d, (int, np.integer)) or d < 0]
+        except TypeError:
+            bad = [shape]
+        if bad:
+            raise EffectUsageError(
+                f"{where} got shape={shape!r}: a shape is a tuple of non-negative ints "
+                f"(e.g. `(3,)`); {bad[0]!r} is not one. Nothing was drawn from {stream!r}."
+            )
+    return stream.next_key()
 
 
 rng = RandomKey("rng")

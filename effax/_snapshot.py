@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _trace
-from ._errors import EffectTypeError, EffectUsageError, StateTypeError
+from ._errors import EffectLeakError, EffectTypeError, EffectUsageError, StateTypeError
 from ._handlers import Handlers
 from ._protocol import Handler
 
@@ -33,6 +33,8 @@ def snapshot(*handlers: Handler[Any] | Handlers) -> dict[str, Any]:
     "counter": int64}``; handlers with nothing to resume (an `Ask`'s provider, a
     collector) are left out. Typed keys are saved as their key data
     (``jax.random.key_data``), so `np.savez` and Orbax can save the result.
+    Every array is a copy in buffers of its own: a later call with
+    ``donate_state=True`` deletes the state's buffers, never the snapshot's.
 
     **Example:**
 
@@ -51,7 +53,7 @@ def snapshot(*handlers: Handler[Any] | Handlers) -> dict[str, Any]:
     (True, [1.0, 1.0])
 
     """
-    return {h.effect.name: _plain(state) for h, state in _states(handlers)}
+    return {h.effect.name: _plain(state, copy=True) for h, state in _states(handlers)}
 
 
 def restore(snapshot: Mapping[str, Any], *handlers: Handler[Any] | Handlers) -> None:
@@ -63,7 +65,8 @@ def restore(snapshot: Mapping[str, Any], *handlers: Handler[Any] | Handlers) -> 
     handler's current state raises `StateTypeError`; either way no handler
     changes. Restored arrays are placed with the sharding of the values they
     replace; typed keys are rebuilt with the implementation of the keys they
-    replace. Entries for effects not among `handlers` are ignored.
+    replace; they are copies, so a donated call afterwards leaves the snapshot
+    whole. Entries for effects not among `handlers` are ignored.
     """
     if not isinstance(snapshot, Mapping):
         raise EffectTypeError(
@@ -87,6 +90,15 @@ def restore(snapshot: Mapping[str, Any], *handlers: Handler[Any] | Handlers) -> 
                 "handlers initialised like the ones that were snapshotted (same structure, "
                 "shapes and dtypes)."
             )
+        if any(_trace.is_tracer(leaf) for leaf in jax.tree.leaves(saved)):
+            raise EffectLeakError(
+                f"The snapshot of {effect!r} holds a JAX tracer, not an array: it was taken "
+                "inside a transformation (or from a value that escaped one). Take the "
+                "snapshot outside jax.jit / effax.jit, between calls, and restore it there."
+            )
+        why = handler.check_snapshot(saved)
+        if why is not None:
+            raise EffectUsageError(why)
         writes.append((handler, jax.tree.map(_like, saved, state)))
     for handler, state in writes:
         handler.restore(state)
@@ -159,17 +171,29 @@ def _states(handlers: Iterable[Handler[Any] | Handlers]) -> list[tuple[Handler[A
     return states
 
 
-def _plain(tree: Any) -> Any:
-    """`tree` with typed keys as their key data and Python numbers as arrays."""
+def _plain(tree: Any, *, copy: bool = False) -> Any:
+    """`tree` with typed keys as their key data and Python numbers as arrays; with
+    `copy`, every array in buffers of its own (see `_own`)."""
 
     def leaf(x: Any) -> Any:
         if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-            return jax.random.key_data(x)
+            x = jax.random.key_data(x)
         if isinstance(x, (jax.Array, np.ndarray)):
-            return x
+            return _own(x) if copy else x
         return np.asarray(x)
 
     return jax.tree.map(leaf, tree)
+
+
+def _own(x: Any) -> Any:
+    """`x` in a buffer of its own. A snapshot must not share a buffer with a
+    handler's state (nor a restored state with the snapshot): a compiled call with
+    ``donate_state=True`` deletes the buffers it is given, and the checkpoint
+    taken to resume from would go with them. One device copy per array, made
+    asynchronously (as cheap as any small computation)."""
+    if isinstance(x, jax.Array):
+        return jax.device_put(x, x.sharding, may_alias=False)
+    return np.array(x, copy=True)
 
 
 def _like(saved: Any, current: Any) -> Any:
@@ -177,7 +201,7 @@ def _like(saved: Any, current: Any) -> Any:
     if isinstance(current, jax.Array):
         if jnp.issubdtype(current.dtype, jax.dtypes.prng_key):
             saved = jax.random.wrap_key_data(saved, impl=jax.random.key_impl(current))
-        return jax.device_put(saved, current.sharding)
+        return jax.device_put(saved, current.sharding, may_alias=False)
     if isinstance(current, np.ndarray | np.generic):
         return np.asarray(saved, dtype=current.dtype).reshape(np.shape(current))[()]
     return type(current)(np.asarray(saved).item())

@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import jax
+import numpy as np
 from jax.sharding import PartitionSpec
 
 from . import _trace
@@ -162,6 +163,16 @@ def _batched(
                     )
         return out, *region.split(outcomes)
 
+    for effect, axis, carry in zip(
+        region.plan.effects, region.carry_axes, region.carries, strict=True
+    ):
+        if axis is not None and any(np.ndim(leaf) == 0 for leaf in jax.tree.leaves(carry)):
+            raise EffectUsageError(
+                f"{wrapper_name}(state='batched') maps every State along its leading axis, "
+                f"but {effect!r} holds a scalar (no batch axis). Initialise it with one row "
+                "per element (e.g. `jnp.stack([x] * batch_size)`), or use state='shared' "
+                "for one value shared by the whole batch."
+            )
     mapped = transform(inner, region.carry_axes, region.carries)
 
     def call(*args: Any) -> Any:

@@ -27,7 +27,7 @@ from ._discrete import (
     permutation as permutation,
     randint as randint,
 )
-from ._random_key import RandomKey, rng
+from ._random_key import RandomKey, checked_key, rng
 
 __all__ = [
     "bernoulli",
@@ -76,7 +76,7 @@ def key(*, stream: RandomKey = rng) -> jax.Array:
     (3,)
 
     """
-    return stream.next_key()
+    return checked_key(stream, "effax.random.key")
 
 
 def normal(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
@@ -101,7 +101,7 @@ def normal(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
     True
 
     """
-    return jax.random.normal(stream.next_key(), shape, dtype)
+    return jax.random.normal(checked_key(stream, "effax.random.normal", shape), shape, dtype)
 
 
 def uniform(
@@ -139,7 +139,9 @@ def uniform(
     True
 
     """
-    return jax.random.uniform(stream.next_key(), shape, dtype, minval, maxval)
+    return jax.random.uniform(
+        checked_key(stream, "effax.random.uniform", shape), shape, dtype, minval, maxval
+    )
 
 
 def truncated_normal(
@@ -172,7 +174,9 @@ def truncated_normal(
     True
 
     """
-    return jax.random.truncated_normal(stream.next_key(), lower, upper, shape, dtype)
+    return jax.random.truncated_normal(
+        checked_key(stream, "effax.random.truncated_normal", shape), lower, upper, shape, dtype
+    )
 
 
 def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
@@ -190,7 +194,7 @@ def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
     True
 
     """
-    return jax.random.gumbel(stream.next_key(), shape, dtype)
+    return jax.random.gumbel(checked_key(stream, "effax.random.gumbel", shape), shape, dtype)
 
 
 def exponential(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
@@ -206,7 +210,9 @@ def exponential(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = 
     ((100,), True)
 
     """
-    return jax.random.exponential(stream.next_key(), shape, dtype)
+    return jax.random.exponential(
+        checked_key(stream, "effax.random.exponential", shape), shape, dtype
+    )
 
 
 def gamma(
@@ -235,7 +241,7 @@ def gamma(
     (3,)
 
     """
-    return jax.random.gamma(stream.next_key(), a, shape, dtype)
+    return jax.random.gamma(checked_key(stream, "effax.random.gamma", shape), a, shape, dtype)
 
 
 def beta(
@@ -268,7 +274,7 @@ def beta(
     True
 
     """
-    return jax.random.beta(stream.next_key(), a, b, shape, dtype)
+    return jax.random.beta(checked_key(stream, "effax.random.beta", shape), a, b, shape, dtype)
 
 
 def dirichlet(
@@ -297,7 +303,9 @@ def dirichlet(
     (True, True)
 
     """
-    return jax.random.dirichlet(stream.next_key(), alpha, shape, dtype)
+    return jax.random.dirichlet(
+        checked_key(stream, "effax.random.dirichlet", shape), alpha, shape, dtype
+    )
 
 
 def multivariate_normal(
@@ -332,4 +340,11 @@ def multivariate_normal(
     ((4, 2), dtype('float32'))
 
     """
-    return jax.random.multivariate_normal(stream.next_key(), mean, cov, shape, dtype, method)
+    return jax.random.multivariate_normal(
+        checked_key(stream, "effax.random.multivariate_normal", shape),
+        mean,
+        cov,
+        shape,
+        dtype,
+        method,
+    )

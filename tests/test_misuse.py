@@ -11,6 +11,7 @@ checks that no message mentions effax's internal argument names.
 import asyncio
 import copy
 import functools as ft
+import inspect
 import pickle
 import threading
 
@@ -843,3 +844,142 @@ def test_a_state_changing_shape_between_calls_retraces():
         cell.value = jnp.ones(3)
         f()
         assert_bitwise_equal(cell.value, jnp.full(3, 2.0))
+
+
+# --- 14. arguments checked at the boundary (issue 29), leaving the handlers as they were ---
+
+_SAMPLERS = sorted(n for n in fx.random.__all__ if n != "key")
+_SAMPLER_ARGS = {  # the arguments each sampler needs besides shape and stream
+    "beta": (1.0, 1.0),
+    "categorical": (jnp.zeros(3),),
+    "choice": (3,),
+    "dirichlet": (jnp.ones(2),),
+    "gamma": (1.0,),
+    "multivariate_normal": (jnp.zeros(2), jnp.eye(2)),
+    "permutation": (3,),
+    "randint": (),
+    "truncated_normal": (-1.0, 1.0),
+}
+
+
+def _sample(name, **kwargs):
+    fn = getattr(fx.random, name)
+    if name == "randint":
+        return fn(kwargs.pop("shape", (2,)), 0, 5, **kwargs)
+    return fn(*_SAMPLER_ARGS.get(name, ()), **kwargs)
+
+
+@pytest.mark.parametrize("name", [*_SAMPLERS, "key"])
+@pytest.mark.parametrize("stream", [None, "rng", fx.Ask[int]("not_a_stream"), object()])
+def test_every_sampler_refuses_a_stream_that_is_not_a_random_key(name, stream):
+    with fx.rng.seed(0) as rng_stream:
+        with raises(fx.EffectTypeError, f"effax.random.{name}(stream=...)", "RandomKey"):
+            _sample(name, stream=stream)
+        assert rng_stream.counter == 0
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in _SAMPLERS if "shape" in inspect.signature(getattr(fx.random, n)).parameters]
+)
+@pytest.mark.parametrize("shape", [(-1,), (2, -3), ("2",), -1])
+def test_every_sampler_with_a_shape_refuses_a_negative_or_non_int_one(name, shape):
+    with fx.rng.seed(0) as stream:
+        with raises(fx.EffectUsageError, f"effax.random.{name} got shape=", "non-negative ints"):
+            _sample(name, shape=shape)
+        assert stream.counter == 0  # nothing drawn
+        _sample(name, shape=(2,))  # a valid shape still draws
+        assert stream.counter == 1
+
+
+@pytest.mark.parametrize("length", [-1, 2.0, "3", True])
+def test_scan_refuses_a_length_that_is_not_a_non_negative_int(length):
+    with fx.rng.seed(0) as stream:
+        with raises(fx.EffectUsageError, f"length={length!r}", "non-negative"):
+            fx.scan(lambda c, _: (c, fx.random.normal()), 0, None, length=length)
+        assert stream.counter == 0
+
+
+@pytest.mark.parametrize("flag", ["yes", 1, None])
+def test_donate_state_must_be_a_bool(flag):
+    with raises(fx.EffectTypeError, "donate_state", "True or False", repr(flag)):
+        fx.jit(draw, donate_state=flag)
+
+
+@pytest.mark.parametrize("counter", [-1, 2**32, 2**40])
+def test_restore_refuses_an_impossible_key_counter(counter):
+    with fx.handlers(fx.rng.seed(0), total.init(jnp.ones(2))) as hs:
+        fx.random.normal()
+        saved = fx.snapshot(hs)
+        saved["rng"]["counter"] = np.int64(counter)
+        saved["total"] = jnp.zeros(2)
+        with raises(fx.EffectUsageError, "RandomKey('rng')", "key counter", "2**32 - 1"):
+            fx.restore(saved, hs)
+        assert hs[fx.rng].counter == 1  # nothing was written, the State neither
+        assert_bitwise_equal(hs[total], jnp.ones(2))
+
+
+@pytest.mark.leaks_on_purpose
+def test_restore_refuses_a_tracer_that_escaped_its_trace():
+    leaked = []
+    jax.jit(lambda x: leaked.append(x) or x)(jnp.ones(2))
+    with total.init(jnp.ones(2)) as cell:
+        with raises(fx.EffectLeakError, "State('total')", "tracer", "outside jax.jit"):
+            fx.restore({"total": leaked[0]}, cell)
+        assert_bitwise_equal(cell.value, jnp.ones(2))
+
+
+# --- 15. unhandled effects name every way to handle them, and their namesakes ---
+
+
+def test_an_unhandled_emit_names_discard_beside_collect():
+    log = fx.Emit[int]("log")
+    with raises(fx.UnhandledEffectError, "log.collect()", "log.discard()"):
+        log.emit(1)
+
+
+def test_an_unhandled_effect_names_a_handled_namesake_and_where_both_were_declared():
+    first = fx.State[int]("steps")
+    second = fx.State[int]("steps")  # another declaration: another effect
+    here = f"{__file__}:"
+    with second.init(0):
+        with raises(fx.UnhandledEffectError, "same name", here, "compared by identity"):
+            first.get()
+    with raises(fx.UnhandledEffectError) as info:  # no namesake handled: not mentioned
+        first.get()
+    assert "same name" not in str(info.value)
+
+
+# --- 16. errors that name the effect and the fix (issue 29) ---
+
+
+@pytest.mark.parametrize("use", ["shape", "index"])
+def test_a_traced_ask_used_as_a_python_int_suggests_static(use):
+    n = fx.Ask[int]("n")
+    body = {
+        "shape": lambda x: x * jnp.ones(n.ask()),
+        "index": lambda x: [x, x, x, x][n.ask()],
+    }[use]
+    with n.provide(3):
+        with raises(fx.EffectTypeError, "Ask('n')", "static=True"):
+            fx.jit(body)(1.0)
+
+
+def test_a_scalar_state_under_batched_vmap_names_the_fixes():
+    with total.init(jnp.float32(0)) as cell:
+        with raises(fx.EffectUsageError, "State('total')", "scalar", "state='shared'"):
+            fx.vmap(lambda x: total.set(total.get() + x), state="batched")(jnp.ones(3))
+        assert_bitwise_equal(cell.value, jnp.float32(0))
+
+
+@pytest.mark.parametrize(
+    ("transform", "instead"),
+    [
+        (jax.vmap, "effax.vmap"),
+        (jax.grad, "effax.grad"),
+        (jax.value_and_grad, "effax.value_and_grad"),
+        (ft.partial(jax.vmap, in_axes=0), "effax.vmap"),
+    ],
+)
+def test_handle_refuses_a_transformation_that_maps_or_differentiates(transform, instead):
+    with raises(fx.EffectTypeError, "cannot carry effects", "jax.jit", instead):
+        fx.handle(draw, transform=transform)
