@@ -230,8 +230,15 @@ class Handled:
         stage = getattr(program.fn, "trace", None)
         with pending(program, discover=True, exports=exports):
             if stage is None:
-                return wide, program, program.fn(*flat, *args, **kwargs)
-            traced = stage(*flat, *args, **kwargs)
+                result = program.fn(*flat, *args, **kwargs)
+            else:
+                traced = stage(*flat, *args, **kwargs)
+        if stage is None:
+            # The wide program ran; the regions and recorders around the call (an
+            # enclosing compiled call being traced) learn what it looked up, as
+            # the narrow resolution below tells them for staged transformations.
+            resolve(stack, tuple(function.row or ()), self.own, note=True, exports=exports)
+            return wide, program, result
         assert function.row is not None
         narrow = resolve(stack, tuple(function.row), self.own, note=True, exports=exports)
         if plumbed_keys(narrow.environment) == plumbed_keys(wide.environment):

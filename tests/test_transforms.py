@@ -276,3 +276,31 @@ def test_an_unnamed_vmap_called_again_eagerly_reuses_jaxs_compiled_programs():
 
     out = fx.vmap(fx.vmap(innermost))(jnp.zeros((2, 3)))
     np.testing.assert_array_equal(out, [[0, 1, 2], [10, 11, 12]])
+
+
+@pytest.mark.reuses_keys_on_purpose
+def test_a_checkpoint_first_traced_inside_jit_keeps_its_writes():
+    """A fresh effax.checkpoint first called inside an effax.jit trace: its state
+    writes, emits and key draws reach the handlers, as eagerly (found by
+    tests/fuzz_compositions.py; they were dropped: the enclosing trace did not
+    learn that the checkpointed call used its handlers)."""
+    s = fx.State[jax.Array]("s")
+    e = fx.Emit[jax.Array]("e")
+    k = fx.RandomKey("k")
+
+    def writes(x):
+        s.set(x * 0.5)
+        e.emit(x)
+        jax.random.key_data(k.next_key())  # drawn, not used
+        return x
+
+    def run(f):
+        with s.init(jnp.float32(1.0)), e.collect() as emitted, k.seed(0) as stream:
+            out = f(jnp.float32(3.0))
+            return out, s.get(), emitted.value, stream.counter
+
+    compiled = run(fx.jit(fx.checkpoint(writes)))
+    eager = run(fx.checkpoint(writes))
+    assert float(eager[1]) == 1.5 and len(eager[2]) == 1 and eager[3] == 1
+    assert_bitwise_equal(compiled[:3], eager[:3])
+    assert int(compiled[3]) == eager[3]
