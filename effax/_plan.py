@@ -32,6 +32,10 @@ class Slot(NamedTuple):
     has_const: bool
     has_carry: bool
 
+    def parts(self, export: Export) -> list[Any]:
+        """The parts of `export` that cross as inputs, in order."""
+        return [export.const] * self.has_const + [export.carry] * self.has_carry
+
     @property
     def names(self) -> list[str]:
         """The names of the slot's inputs, in order (for messages)."""
@@ -75,9 +79,6 @@ class Plan:
             (h.effect, type(h), h.fields, e.static) for h, e in zip(handlers, exports, strict=True)
         )
 
-    def __len__(self) -> int:
-        return len(self.slots)
-
     @property
     def effects(self) -> list[Effect[Any]]:
         return [s.effect for s in self.slots]
@@ -87,7 +88,7 @@ class Plan:
         return [
             part
             for slot, export in zip(self.slots, exports, strict=True)
-            for part in self.flatten_one(slot, export)
+            for part in slot.parts(export)
         ]
 
     def leaf_owners(self, exports: Sequence[Export]) -> list[int]:
@@ -96,12 +97,8 @@ class Plan:
         return [
             i
             for i, (slot, export) in enumerate(zip(self.slots, exports, strict=True))
-            for _ in jax.tree.leaves(self.flatten_one(slot, export))
+            for _ in jax.tree.leaves(slot.parts(export))
         ]
-
-    @staticmethod
-    def flatten_one(slot: Slot, export: Export) -> list[Any]:
-        return [export.const] * slot.has_const + [export.carry] * slot.has_carry
 
     def unflatten(self, flat: Sequence[Any]) -> list[tuple[Any, Any]]:
         """Each handler's ``(const, carry)`` from the flat inputs (None where a slot
