@@ -450,8 +450,13 @@ def _standins(program: Program, exports: Exports) -> list[Handler[Any]]:
         if _context.obstacle(effect, entry, track=False, through=1) is not None:
             continue
         handler = entry[0]
-        export = export_of(handler, exports)
-        standins.append(type(handler).rebuild(effect, export.static, export.const, export.carry))
+        with _trace.under(_context.home_trace(entry[1])):
+            export = export_of(handler, exports)
+        # Zeros for tracers: a stand-in must not close over another trace (a
+        # cached inner trace would keep it), and its values are never used (a
+        # lookup drops this trace).
+        const, carry = jax.tree.map(_trace.placeholder, (export.const, export.carry))
+        standins.append(type(handler).rebuild(effect, export.static, const, carry))
     return standins
 
 

@@ -18,6 +18,7 @@ Checked on jax 0.10.2 (Python 3.11) and 0.12.0.1 (Python 3.12).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -25,6 +26,7 @@ from typing import Any, Final, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax._src import core as _core
 from jax._src.interpreters import batching as _batching, partial_eval as _pe
 from jax._src.lax import lax as _lax
@@ -44,11 +46,13 @@ __all__ = [
     "is_weakly_typed",
     "jit_factory_options",
     "output_program",
+    "placeholder",
     "process_count",
     "prune",
     "reachability",
     "stagings_between",
     "trace_state",
+    "under",
     "varying_axes",
     "weakly_typed",
 ]
@@ -322,6 +326,33 @@ def output_program(closed_jaxpr: Any, index: int) -> tuple[Any, Callable[..., An
         return _core.eval_jaxpr(pruned, (), *read, *args)[0]
 
     return key, evaluate, list(used_inputs[n:])
+
+
+@contextlib.contextmanager
+def under(ref: TraceRef) -> Iterator[None]:
+    """Make the trace of `ref` current (if it is still alive and not current
+    already): what is computed inside is recorded there, not in the trace in
+    progress (which would close over the other trace's tracers)."""
+    trace = ref() if callable(ref) else None
+    if trace is None or ref is _trace_state.value:
+        yield
+        return
+    with _core.set_current_trace(trace):  # type: ignore[no-untyped-call]
+        yield
+
+
+def placeholder(value: Any) -> Any:
+    """`value`, or zeros of its type if it is a tracer: a stand-in that closes over
+    no trace (for a value that is only ever computed with in a trace that is then
+    dropped)."""
+    if not isinstance(value, _Tracer):
+        return value
+    aval: Any = value.aval
+    if jnp.issubdtype(aval.dtype, jax.dtypes.extended):
+        impl = aval.dtype._impl
+        data = jnp.zeros((*aval.shape, *impl.key_shape), jnp.uint32)
+        return jax.random.wrap_key_data(data, impl=impl)
+    return np.zeros(aval.shape, aval.dtype)
 
 
 def is_tracer(value: Any) -> bool:

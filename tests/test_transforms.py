@@ -304,3 +304,32 @@ def test_a_checkpoint_first_traced_inside_jit_keeps_its_writes():
     assert float(eager[1]) == 1.5 and len(eager[2]) == 1 and eager[3] == 1
     assert_bitwise_equal(compiled[:3], eager[:3])
     assert int(compiled[3]) == eager[3]
+
+
+def test_a_handler_the_inner_call_does_not_use_leaks_no_tracer_into_its_cached_trace():
+    """effax.checkpoint (whose trace JAX caches) of a traced-bound fori_loop, inside
+    effax.jit, under a State the function never uses, retraced for a new static
+    value: the unused handler is seen inside as a stand-in, which must close over
+    none of the outer trace's tracers (found by tests/fuzz_compositions.py: the
+    second trace reused the cached one and hit UnexpectedTracerError)."""
+    mode = fx.Ask[int]("mode", static=True)
+    unused = fx.State[jax.Array]("unused")
+    k = fx.RandomKey("k")
+
+    def f(x):
+        x = x + mode.ask()
+        upper = jnp.where(x > 2, 2, 3)
+        return fx.fori_loop(0, upper, lambda i, c: c + fx.random.uniform(stream=k), x)
+
+    checkpointed = fx.checkpoint(f)
+
+    def run(fn, m):
+        with mode.provide(m), unused.init(jnp.float32(0.0)), k.seed(m) as stream:
+            return fn(jnp.float32(0.5)), stream.counter
+
+    eager = [run(checkpointed, m) for m in (1, 2)]
+    compiled = fx.jit(checkpointed)
+    for m, (out, counter) in zip((1, 2), eager, strict=True):
+        got, got_counter = run(compiled, m)
+        assert_bitwise_equal(got, out)
+        assert int(got_counter) == counter
