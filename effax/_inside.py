@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import jax
+
 from . import _context, _trace
 from ._boundary import check_outcome
 from ._context import Entry, Tracked
@@ -20,7 +22,7 @@ from ._effect import Effect
 from ._plan import Plan
 from ._protocol import Handler, Outcome
 
-__all__ = ["enter_inside", "outcomes_of", "run_inside"]
+__all__ = ["enter_inside", "outcomes_of", "passed_through", "run_inside"]
 
 R = TypeVar("R")
 
@@ -92,3 +94,14 @@ def outcomes_of(
         check_outcome(slot.effect, carry, result, where)
         results.append(result)
     return results
+
+
+def passed_through(carry: Any, out: Any) -> bool:
+    """Whether a region's handler carry came out as it went in (the very same
+    leaves): the handler only read it, and keeps its value after the region."""
+    if out is None:
+        return carry is None
+    leaves, out_leaves = jax.tree.leaves(carry), jax.tree.leaves(out)
+    return len(leaves) == len(out_leaves) and all(
+        a is b for a, b in zip(leaves, out_leaves, strict=True)
+    )

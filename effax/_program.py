@@ -29,7 +29,7 @@ import jax
 from . import _context, _trace, _warmpath
 from ._effect import Effect, declared_row
 from ._environment import Environment, Exports, Resolved, export_of, plan_of
-from ._inside import outcomes_of, run_inside
+from ._inside import outcomes_of, passed_through, run_inside
 from ._plumb import Transform, apply_transform, normalize_transform, traces_numbers
 from ._protocol import Export, Handler, Outcome
 
@@ -357,6 +357,14 @@ class Function:
             outcomes = outcomes_of(
                 plan, dynamic, inner, carry_required=False, where="a compiled call"
             )
+            if not self.donate_state:
+                # A carry only read comes out as None: the handler keeps its value
+                # (not a fresh output equal to it, which a batched cond around the
+                # call would select per element). A donated one must come out.
+                outcomes = [
+                    o._replace(carry=None) if passed_through(c, o.carry) else o
+                    for (_, c), o in zip(dynamic, outcomes, strict=True)
+                ]
             outcomes = program.keep_types(dynamic, outcomes)
             looked = [key[0] for key in program.environment if key[0] in used]
             looked += [e for e in used if e not in program.keyed]

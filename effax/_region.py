@@ -20,7 +20,7 @@ from . import _context
 from ._boundary import Uncompilable, strong, unplumbable
 from ._context import Entry
 from ._effect import Effect, declared_row
-from ._inside import outcomes_of, run_inside
+from ._inside import outcomes_of, passed_through, run_inside
 from ._plan import Plan
 from ._protocol import BatchPolicy, Export, Handler, Outcome
 from ._visible import outer_handlers
@@ -77,6 +77,10 @@ class Region:
         self.carries = [strong(e.carry) for e in exports]
         self.used: set[Effect[Any]] = set()
         self.statics: list[Any] = [None] * len(self.handlers)
+        # Per handler: whether every body run so far passed its carry through
+        # unchanged (then the handler keeps its value: a read-only state stays the
+        # value it was, not a loop output or a per-element selection of it).
+        self.unchanged = [True] * len(self.handlers)
         if policy is not None:
             # A handler that absorbs a batched region its own way (a key stream
             # draws the key it splits) is changed by the region whether or not the
@@ -99,9 +103,12 @@ class Region:
         out, inner = run_inside(
             self.plan, dynamic, fn, args, kwargs or {}, track=self.used, blocked=self.blocked
         )
-        return out, outcomes_of(
+        outcomes = outcomes_of(
             self.plan, dynamic, inner, carry_required=carry_required, where=self.name
         )
+        for i, (carry, outcome) in enumerate(zip(carries, outcomes, strict=True)):
+            self.unchanged[i] = self.unchanged[i] and passed_through(carry, outcome.carry)
+        return out, outcomes
 
     def split(self, outcomes: Sequence[Outcome]) -> tuple[list[Any], list[Any]]:
         """Inside a body: keep the outcomes' static parts (known at trace time), and
@@ -122,6 +129,7 @@ class Region:
         statics = self.statics if statics is None else statics
         if steps == 0:  # a loop that ran no step emitted nothing, as a Python loop
             values = [None] * len(values)
+        carries = [None if u else c for u, c in zip(self.unchanged, carries, strict=True)]
         outcomes = [Outcome(*o) for o in zip(statics, carries, values, strict=True)]
         _context.mark_used(self.stack, self.used)
         absorb_all(self.stack, self.handlers, outcomes, steps=steps, policy=self.policy)

@@ -330,9 +330,8 @@ def output_program(closed_jaxpr: Any, index: int) -> tuple[Any, Callable[..., An
 
 @contextlib.contextmanager
 def under(ref: TraceRef) -> Iterator[None]:
-    """Make the trace of `ref` current (if it is still alive and not current
-    already): what is computed inside is recorded there, not in the trace in
-    progress (which would close over the other trace's tracers)."""
+    """Make the (live) trace of `ref` current: what is computed inside is
+    recorded there, not in the trace in progress (which would close over it)."""
     trace = ref() if callable(ref) else None
     if trace is None or ref is _trace_state.value:
         yield
@@ -342,9 +341,7 @@ def under(ref: TraceRef) -> Iterator[None]:
 
 
 def placeholder(value: Any) -> Any:
-    """`value`, or zeros of its type if it is a tracer: a stand-in that closes over
-    no trace (for a value that is only ever computed with in a trace that is then
-    dropped)."""
+    """`value`, or zeros of its type if it is a tracer (closing over no trace)."""
     if not isinstance(value, _Tracer):
         return value
     aval: Any = value.aval
@@ -445,15 +442,8 @@ def _self_test() -> None:
     at import, which must not start an XLA backend (a program calls
     ``jax.distributed.initialize()`` after importing its libraries)."""
     seen: dict[str, Reach] = {}
-    expected: dict[str, Reach] = {
-        "jit": "staged",
-        "scan": "staged",
-        "checkpoint": "staged",
-        "vmap": "ok",
-        "grad": "ok",
-        "custom_jvp": "ok",
-        "root": "ok",
-    }
+    staged: dict[str, Reach] = dict.fromkeys(("jit", "scan", "checkpoint"), "staged")
+    expected = staged | dict.fromkeys(("vmap", "grad", "custom_jvp", "root"), "ok")
 
     def probes(x: Any) -> Any:
         root = current_trace_ref()

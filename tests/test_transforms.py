@@ -333,3 +333,35 @@ def test_a_handler_the_inner_call_does_not_use_leaks_no_tracer_into_its_cached_t
         got, got_counter = run(compiled, m)
         assert_bitwise_equal(got, out)
         assert int(got_counter) == counter
+
+
+_READ_ONLY_INNER = {
+    "jit": lambda s: fx.jit(lambda x: x + s.get()),
+    "checkpoint": lambda s: fx.checkpoint(lambda x: x + s.get()),
+    "jit of scan": lambda s: fx.jit(
+        lambda x: fx.scan(lambda c, _: (c + s.get(), None), x, None, length=2)[0]
+    ),
+    "while_loop": lambda s: (
+        lambda x: fx.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, c[1] + s.get()), (0, x))[1]
+    ),
+}
+
+
+@pytest.mark.parametrize("inner", list(_READ_ONLY_INNER))
+@pytest.mark.parametrize("outer", ["eager", "jit"])
+def test_a_state_only_read_in_one_branch_of_a_batched_cond_stays_shared(inner, outer):
+    """vmap(state='shared') of a cond with a batched predicate, one branch reading
+    a State through a compiled call or a loop: the state was only read, so it is
+    still the one shared value (found by tests/fuzz_compositions.py: the compiled
+    call sent the state out as a fresh output, the cond selected it per element,
+    and the vmap raised a false EffectLeakError)."""
+    s = fx.State[jax.Array]("s")
+    read = _READ_ONLY_INNER[inner](s)
+    body = lambda x: fx.cond(x > 0, read, lambda x: x * 2.0, x)
+    fn = fx.vmap(body) if outer == "eager" else fx.jit(fx.vmap(body))
+    xs = jnp.array([1.0, -1.0, 2.0])
+    with s.init(jnp.float32(1.0)) as state:
+        out = fn(xs)
+    steps = 2 if "scan" in inner or "while" in inner else 1
+    np.testing.assert_array_equal(out, jnp.where(xs > 0, xs + steps, xs * 2.0))
+    assert state.value is not None and float(state.value) == 1.0
