@@ -6,6 +6,8 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
+from . import _trace
+from ._arguments import check_bool, check_unleaked
 from ._effect import Effect
 from ._errors import EffectTypeError
 from ._protocol import Fields, Handler, PyTree
@@ -39,8 +41,10 @@ class Ask(Effect["Provider[T]"], Generic[T]):
 
     def __init__(self, name: str, *, static: bool = False) -> None:
         super().__init__(name)
+        check_bool(static, "static", f"effax.Ask({name!r}, ...)")
         self.static = static
 
+    @_trace.api_boundary
     def ask(self) -> T:
         """The value provided by the innermost handler."""
         return self.handler().provided
@@ -57,6 +61,7 @@ class Ask(Effect["Provider[T]"], Generic[T]):
                     "Pass a hashable value (a tuple, a frozen dataclass), or declare the "
                     "effect with static=False to pass arrays as traced inputs."
                 ) from None
+        check_unleaked(value, "its value", f"{self!r}.provide(...)")
         return Provider(self, value)
 
     def uncompilable_fix(self, where: str) -> str:

@@ -92,13 +92,24 @@ def check_outcome(effect: Effect[Any], carry: Any, outcome: Outcome, where: str 
     leaf = None if where is None else uncompilable_leaf((outcome.carry, outcome.values))
     if leaf is not None:
         raise EffectTypeError(
-            f"{effect!r} was given a {type(leaf).__name__} inside {where}, which "
+            f"{effect!r} was given {_given(outcome, leaf)} inside {where}, which "
             "cannot leave it: what a traced function or loop body sends out "
             "through its handlers (a State's new value, emitted values) must be "
             f"arrays or Python numbers. Convert it to an array, or perform "
             f"{effect!r} outside {where}."
         )
     check_carry(effect, carry, outcome.carry)
+
+
+def _given(outcome: Outcome, leaf: Any) -> str:
+    """What held `leaf`, the first leaf of `outcome` that cannot leave a region:
+    "a str", or "a tuple holding a str at [1]" for a container."""
+    for value in (outcome.carry, *(outcome.values or ())):
+        for path, inner in jax.tree_util.tree_flatten_with_path(value)[0]:
+            if inner is leaf and path:
+                where = jax.tree_util.keystr(path)
+                return f"a {type(value).__name__} holding a {type(leaf).__name__} at {where}"
+    return f"a {type(leaf).__name__}"
 
 
 def _signature(tree: Any) -> tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]:

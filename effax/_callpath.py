@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from . import _context, _trace, _warmpath
+from ._arguments import check_unleaked
 from ._boundary import unplumbable
 from ._effect import Effect
 from ._environment import Environment, Exports, Resolved, export_of, plumbed_keys, resolve
@@ -103,6 +104,7 @@ class Handled:
         assert self.entry.__closure__ is not None
         self.cell = self.entry.__closure__[0]
 
+    @_trace.api_boundary
     def dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A call the entry's current code was not written for: the warm path bound
         to this stack and trace if there is one (it becomes the entry's code), else
@@ -120,6 +122,11 @@ class Handled:
         function = self.function
         if function is None:
             return self.call_eagerly(args, kwargs)
+        check_unleaked(
+            (args, kwargs),
+            "its arguments",
+            f"the compiled {getattr(self.fn, '__name__', 'function')!r}",
+        )
         stack = _context.current_stack()
 
         def run(

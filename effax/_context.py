@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar
 
 from . import _trace
-from ._errors import EffectUsageError
+from ._errors import EffectTypeError, EffectUsageError
 
 if TYPE_CHECKING:
     from ._effect import Effect
@@ -87,6 +87,10 @@ class JitAwareContextVar(Generic[T]):
     __slots__ = ("_name", "_var")
 
     def __init__(self, name: str = "JitAwareContextVar") -> None:
+        if not isinstance(name, str):
+            raise EffectTypeError(
+                f"effax.JitAwareContextVar(name) takes a str, but got {type(name).__name__}."
+            )
         self._name = name
         self._var: contextvars.ContextVar[tuple[T, _trace.TraceRef]] = contextvars.ContextVar(
             f"effax.{name}"

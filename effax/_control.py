@@ -26,8 +26,17 @@ import numpy as np
 from jax import lax
 
 from . import _trace
+from ._arguments import (
+    check_bool,
+    check_callable,
+    check_callables,
+    check_count,
+    check_index,
+    check_traceable,
+    check_unleaked,
+)
 from ._effect import Effect
-from ._errors import EffectUsageError
+from ._errors import EffectTypeError, EffectUsageError
 from ._plan import Plan
 from ._region import Region
 
@@ -39,6 +48,7 @@ Y = TypeVar("Y")
 R = TypeVar("R")
 
 
+@_trace.api_boundary
 def scan(
     f: Callable[[C, X], tuple[C, Y]],
     init: C,
@@ -75,6 +85,10 @@ def scan(
             f"effax.scan got length={length!r}: the number of steps is a non-negative "
             "Python int (or None, to take it from the leading axis of xs)."
         )
+    check_callable(f, "f", "effax.scan")
+    check_traceable(init, "init", "effax.scan")
+    check_traceable(xs, "xs", "effax.scan")
+    check_bool(reverse, "reverse", "effax.scan")
     region = Region(f, name="effax.scan")
 
     def body(carry: Any, x: Any) -> Any:
@@ -91,6 +105,7 @@ def scan(
     return final, ys
 
 
+@_trace.api_boundary
 def map(f: Callable[[X], Y], xs: X, *, batch_size: int | None = None) -> Y:
     """`jax.lax.map` that plumbs handlers through, as `effax.scan` does.
 
@@ -103,6 +118,9 @@ def map(f: Callable[[X], Y], xs: X, *, batch_size: int | None = None) -> Y:
     (3,)
 
     """
+    check_callable(f, "f", "effax.map")
+    check_traceable(xs, "xs", "effax.map")
+    check_count(batch_size, "batch_size", "effax.map", optional=True)
     if batch_size is not None:
         raise NotImplementedError(
             "effax.map(..., batch_size=...) is not supported yet: it would vmap the body, "
@@ -112,6 +130,7 @@ def map(f: Callable[[X], Y], xs: X, *, batch_size: int | None = None) -> Y:
     return ys
 
 
+@_trace.api_boundary
 def fori_loop(
     lower: int | jax.Array,
     upper: int | jax.Array,
@@ -135,6 +154,10 @@ def fori_loop(
     6
 
     """
+    check_index(lower, "lower", "effax.fori_loop")
+    check_index(upper, "upper", "effax.fori_loop")
+    check_callable(body_fun, "body_fun", "effax.fori_loop")
+    check_traceable(init_val, "init_val", "effax.fori_loop")
     try:
         lo, hi = operator.index(lower), operator.index(upper)
         concrete = True
@@ -161,6 +184,7 @@ def fori_loop(
     return final
 
 
+@_trace.api_boundary
 def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_val: C) -> C:
     """`jax.lax.while_loop` that plumbs handlers through.
 
@@ -180,6 +204,9 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
     (True, True)
 
     """
+    check_callable(cond_fun, "cond_fun", "effax.while_loop")
+    check_callable(body_fun, "body_fun", "effax.while_loop")
+    check_traceable(init_val, "init_val", "effax.while_loop")
     region = Region([cond_fun, body_fun], name="effax.while_loop")
 
     def cond(carry: Any) -> Any:
@@ -321,6 +348,7 @@ def _emit_mismatch(plan: Plan, structures: Sequence[Any]) -> tuple[Effect[Any], 
     return None
 
 
+@_trace.api_boundary
 def cond(pred: Any, true_fun: Callable[..., R], false_fun: Callable[..., R], *operands: Any) -> R:
     """`jax.lax.cond` that plumbs handlers through both branches.
 
@@ -340,9 +368,18 @@ def cond(pred: Any, true_fun: Callable[..., R], false_fun: Callable[..., R], *op
     2
 
     """
+    if pred is None or isinstance(pred, (str, bytes)):
+        raise EffectTypeError(
+            f"effax.cond takes pred as a boolean scalar (a Python bool or a scalar array), "
+            f"but got {type(pred).__name__}: {pred!r}."
+        )
+    check_unleaked(pred, "pred", "effax.cond")
+    check_callables([true_fun, false_fun], "(true_fun, false_fun)", "effax.cond")
+    check_traceable(operands, "operands", "effax.cond")
     return _branches("cond", pred, [true_fun, false_fun], operands)
 
 
+@_trace.api_boundary
 def switch(index: Any, branches: Sequence[Callable[..., R]], *operands: Any) -> R:
     """`jax.lax.switch` that plumbs handlers through every branch, as `effax.cond`.
 
@@ -356,4 +393,7 @@ def switch(index: Any, branches: Sequence[Callable[..., R]], *operands: Any) -> 
     1.0
 
     """
+    check_index(index, "index", "effax.switch")
+    check_callables(branches, "branches", "effax.switch")
+    check_traceable(operands, "operands", "effax.switch")
     return _branches("switch", index, list(branches), operands)

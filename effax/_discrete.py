@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 
+from . import _trace
 from ._random_key import RandomKey, checked_key, rng
 
 __all__ = ["bernoulli", "categorical", "choice", "permutation", "randint"]
@@ -17,6 +18,7 @@ DType = Any
 ArrayLike = Any
 
 
+@_trace.api_boundary
 def bernoulli(
     p: ArrayLike = 0.5, shape: Shape | None = None, *, stream: RandomKey = rng
 ) -> jax.Array:
@@ -45,6 +47,7 @@ def bernoulli(
     return jax.random.bernoulli(checked_key(stream, "effax.random.bernoulli", shape), p, shape)
 
 
+@_trace.api_boundary
 def categorical(
     logits: ArrayLike,
     axis: int = -1,
@@ -80,6 +83,7 @@ def categorical(
     )
 
 
+@_trace.api_boundary
 def randint(
     shape: Shape,
     minval: ArrayLike,
@@ -115,6 +119,7 @@ def randint(
     )
 
 
+@_trace.api_boundary
 def permutation(
     x: int | ArrayLike, axis: int = 0, independent: bool = False, *, stream: RandomKey = rng
 ) -> jax.Array:
@@ -146,6 +151,7 @@ def permutation(
     )
 
 
+@_trace.api_boundary
 def choice(
     a: int | ArrayLike,
     shape: Shape = (),

@@ -238,8 +238,11 @@ def check_write(effect: Effect[Any], value: Any, ref: Any) -> None:
 
 
 def init_effect(effect: Effect[Any], name: str) -> None:
-    if not isinstance(name, str):
-        raise EffectTypeError(f"An effect's name must be a string, got {type(name).__name__}.")
+    if not isinstance(name, str) or not name:
+        got = repr(name) if isinstance(name, str) else type(name).__name__
+        raise EffectTypeError(
+            f'An effect\'s name must be a non-empty string (e.g. `State[int]("steps")`), got {got}.'
+        )
     object.__setattr__(effect, "name", name)
     object.__setattr__(effect, "_effax_where", _caller_outside_effax())
 

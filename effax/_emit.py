@@ -7,6 +7,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
+from . import _trace
 from ._effect import Effect
 from ._protocol import Fields, Handler, PyTree
 
@@ -43,6 +44,7 @@ class Emit(Effect["Collector[T]"], Generic[T]):
             f"`{self.variable_name()}.discard()` drops them."
         )
 
+    @_trace.api_boundary
     def emit(self, value: T) -> None:
         """Append `value` to the innermost collector."""
         self.handler_for_write(value).values.append(value)

@@ -16,10 +16,11 @@ from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 import jax
 
+from ._arguments import check_callable
 from ._callpath import Handled
 from ._effect import declare_row, declared_row
 from ._errors import EffectTypeError, EffectUsageError
-from ._plumb import Transform, check_callable, normalize_transform
+from ._plumb import Transform, normalize_transform
 from ._program import LOCK, Function
 from ._protocol import Handler
 

@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NamedTuple, NoReturn, TypeVar
 
 from . import _context, _trace
-from ._errors import EffectLeakError
+from ._errors import EffectLeakError, EffectTypeError
 
 if TYPE_CHECKING:
     from ._effect import Effect
@@ -249,6 +249,17 @@ class Handler(abc.ABC, Generic[E]):
         self = super().__new__(cls)
         object.__setattr__(self, "_effax_home", _trace.current_trace_ref())
         return self
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields = cls.__dict__.get("fields")
+        if isinstance(fields, Fields):
+            for role, name in fields._asdict().items():
+                if name is not None and not (isinstance(name, str) and name.isidentifier()):
+                    raise EffectTypeError(
+                        f"{cls.__name__}.fields = effax.Fields({role}={name!r}): each field "
+                        "names an attribute of the handler, as a str (or None)."
+                    )
 
     @classmethod
     def overrides(cls, method: str) -> bool:

@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _threefry
+from . import _threefry, _trace
+from ._arguments import check_unleaked
 from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
@@ -88,12 +89,14 @@ class RandomKey(Effect["KeyStream"]):
 
     handler_hint = "{name}.seed(key)"
 
+    @_trace.api_boundary
     def next_key(self) -> jax.Array:
         """A fresh key: ``fold_in(base_key, counter)``, then the counter advances."""
         return self.handler().next_key()
 
     def seed(self, key: int | jax.Array) -> KeyStream:
         """A key-stream handler starting at `key` (an int, a typed key or a raw key)."""
+        check_unleaked(key, "the key", f"{self!r}.seed(...)")
         return KeyStream(self, _as_key(key, self))
 
 

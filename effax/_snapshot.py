@@ -115,6 +115,7 @@ def assert_processes_agree(*handlers: Handler[Any] | Handlers) -> None:
     of several processes (not fully addressable) hold one global value and are
     not compared.
     """
+    _states(handlers)  # the arguments are checked in one process too
     if _trace.process_count() == 1:
         return
     from jax.experimental import multihost_utils

@@ -7,6 +7,8 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
+from . import _trace
+from ._arguments import check_unleaked
 from ._effect import Effect
 from ._protocol import BatchPolicy, Export, Fields, Handler, PyTree
 
@@ -38,14 +40,17 @@ class State(Effect["StateCell[S]"], Generic[S]):
 
     handler_hint = "{name}.init(value)"
 
+    @_trace.api_boundary
     def get(self) -> S:
         """The current value."""
         return self.handler().value
 
+    @_trace.api_boundary
     def set(self, value: S) -> None:
         """Replace the current value."""
         self.handler_for_write(value).value = value
 
+    @_trace.api_boundary
     def modify(self, fn: Callable[[S], S]) -> S:
         """Replace the value by `fn(value)` and return the new value."""
         cell = self.handler()
@@ -56,6 +61,7 @@ class State(Effect["StateCell[S]"], Generic[S]):
 
     def init(self, value: S) -> StateCell[S]:
         """A cell handler holding `value`; it keeps its value across calls."""
+        check_unleaked(value, "its value", f"{self!r}.init(...)")
         return StateCell(self, value)
 
 

@@ -19,20 +19,22 @@ Checked on jax 0.10.2 (Python 3.11) and 0.12.0.1 (Python 3.12).
 from __future__ import annotations
 
 import contextlib
-import inspect
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core as _core
+from jax._src import core as _core, traceback_util as _traceback_util
 from jax._src.interpreters import batching as _batching, partial_eval as _pe
 from jax._src.lax import lax as _lax
 
 __all__ = [
     "SUPPORTED_JAX",
+    "EFFAX_DIR",
+    "api_boundary",
     "EffaxInternalsError",
     "Trace",
     "TraceRef",
@@ -41,10 +43,10 @@ __all__ = [
     "current_trace_ref",
     "custom_rule_traced",
     "foreign_tracers",
+    "hide_frames",
     "innermost_staging_api",
     "is_tracer",
     "is_weakly_typed",
-    "jit_factory_options",
     "output_program",
     "placeholder",
     "process_count",
@@ -76,6 +78,31 @@ _Batching = _batching.BatchTrace
 _Tracer = _core.Tracer
 
 Reach = Literal["ok", "staged", "detached"]
+
+
+# effax's frames are hidden from tracebacks as JAX hides its own (JAX_TRACEBACK_
+# FILTERING=off shows them): below every effax entry point (`api_boundary`), and
+# below JAX's own boundaries inside effax.
+EFFAX_DIR: Final = os.path.dirname(os.path.abspath(__file__))
+_traceback_util.register_exclusion(EFFAX_DIR)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def api_boundary(fn: _F) -> _F:
+    """`fn`, as a public entry point whose tracebacks show no effax frame."""
+    return _traceback_util.api_boundary(fn)
+
+
+def hide_frames(error: BaseException) -> None:
+    """Hide effax's frames from `error`'s traceback, as `api_boundary` does (for
+    generated code, which catches and re-raises instead)."""
+    mode = _traceback_util._filtering_mode()
+    if mode == "off" or error.__traceback__ is None:
+        return
+    if mode == "tracebackhide":
+        _traceback_util._add_tracebackhide_to_hidden_frames(error.__traceback__)
+    elif not _traceback_util._is_under_reraiser(error):
+        error.with_traceback(_traceback_util.filter_traceback(error.__traceback__))
 
 
 def current_trace_ref() -> TraceRef:
@@ -375,44 +402,6 @@ def batched_here(value: Any) -> bool:
     )
 
 
-def jit_factory_options(transform: Callable[..., Any]) -> dict[str, Any] | None:
-    """The options of ``jax.jit(**options)`` called without a function, or None.
-
-    ``jax.jit(static_argnums=1)`` returns a decorator (a lambda in ``jax._src.api``)
-    that keeps its options in a closure variable, ``kwds``, with every option at
-    its default unless given. Returns the options that differ from ``jax.jit``'s
-    defaults, so that effax can apply them to the function it wraps.
-    """
-    if (
-        getattr(transform, "__module__", None) != jax.jit.__module__
-        or getattr(transform, "__qualname__", None) != "jit.<locals>.<lambda>"
-    ):
-        return None
-    code, closure = getattr(transform, "__code__", None), getattr(transform, "__closure__", None)
-    if code is None or closure is None:
-        return None
-    kwds = dict(zip(code.co_freevars, (c.cell_contents for c in closure), strict=True)).get("kwds")
-    if not isinstance(kwds, dict):
-        return None
-    # Only jax.jit's public options; internal ones (e.g. `use_resource_env`) are
-    # what jax.jit(fun, **options) sets by itself.
-    defaults = inspect.signature(jax.jit).parameters
-    return {
-        name: value
-        for name, value in kwds.items()
-        if name in defaults and not _same(value, defaults[name].default)
-    }
-
-
-def _same(value: Any, default: Any) -> bool:
-    if value is default:
-        return True
-    try:
-        return type(value) is type(default) and bool(value == default)
-    except Exception:  # pragma: no cover - an option with an odd __eq__
-        return False
-
-
 def weakly_typed(x: Any) -> Any:
     """`x` (an array or tracer) with a weak type: what a Python number passed to
     ``jax.jit`` becomes, so that a value that went in as one can come out with
@@ -475,8 +464,6 @@ def _self_test() -> None:
         return x
 
     jax.make_jaxpr(probes)(jax.ShapeDtypeStruct((), jnp.float32))  # type: ignore[no-untyped-call]
-    if jit_factory_options(jax.jit(static_argnums=1)) != {"static_argnums": 1}:
-        seen["jit_factory"] = "detached"  # jax.jit(**options) keeps them elsewhere
     if seen != expected:
         raise EffaxInternalsError(
             f"effax cannot classify JAX traces with the installed jax {jax.__version__} "

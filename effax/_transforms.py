@@ -19,7 +19,8 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from . import _trace
-from ._errors import EffectLeakError, EffectUsageError
+from ._arguments import check_callable
+from ._errors import EffectLeakError, EffectTypeError, EffectUsageError
 from ._handle import handle
 from ._protocol import BatchPolicy
 from ._region import Region
@@ -65,7 +66,9 @@ def value_and_grad(
     (12.0, 12.0, 1)
 
     """
+    _check_differentiated(fun, argnums, "effax.value_and_grad")
 
+    @_trace.api_boundary
     @ft.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         region = Region(fun, name="effax.grad")
@@ -102,8 +105,10 @@ def grad(
     12.0
 
     """
+    _check_differentiated(fun, argnums, "effax.grad")
     value_and_grad_fun = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
+    @_trace.api_boundary
     @ft.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         value, grads = value_and_grad_fun(*args, **kwargs)
@@ -116,6 +121,18 @@ _POLICY_HINT = (
     "choose the batched policy (keys='split' for key streams, state='batched' for "
     "states) or keep the update independent of the batch"
 )
+
+
+def _check_differentiated(fun: Any, argnums: Any, where: str) -> None:
+    check_callable(fun, "fun", where)
+    numbers = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
+    if not numbers or not all(
+        isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in numbers
+    ):
+        raise EffectTypeError(
+            f"{where} takes argnums as an int or a non-empty tuple of ints (the positions "
+            f"of the arguments to differentiate), but got {argnums!r}."
+        )
 
 
 def _policy(wrapper: str, keys: Any, state: Any, axis_names: tuple[Hashable, ...]) -> BatchPolicy:
@@ -256,8 +273,10 @@ def vmap(
     (True, 1)
 
     """
+    check_callable(fun, "fun", "effax.vmap")
     _policy("effax.vmap", keys, state, ())  # options checked when the wrapper is made
 
+    @_trace.api_boundary
     @ft.wraps(fun)
     def batched(*args: Any) -> Any:
         depth = _vmap_depth.get()
@@ -305,6 +324,7 @@ def checkpoint(
     2.0
 
     """
+    check_callable(fun, "fun", "effax.checkpoint")
     return handle(
         fun,
         transform=ft.partial(
@@ -351,9 +371,16 @@ def shard_map(
     6.0
 
     """
+    check_callable(f, "f", "effax.shard_map")
+    if not isinstance(getattr(mesh, "axis_names", None), tuple):
+        raise EffectTypeError(
+            f"effax.shard_map takes mesh= as a jax.sharding.Mesh, but got "
+            f"{type(mesh).__name__}: {mesh!r}."
+        )
     names = tuple(mesh.axis_names if axis_names is None else sorted(axis_names, key=str))
     policy = _policy("effax.shard_map", keys, state, names)
 
+    @_trace.api_boundary
     @ft.wraps(f)
     def sharded(*args: Any) -> Any:
         region = Region(f, policy, name="effax.shard_map")

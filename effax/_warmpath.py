@@ -62,10 +62,12 @@ import inspect
 import itertools
 import keyword
 import linecache
+import os
 import types
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from . import _trace
 from ._protocol import Fields, Handler, Outcome
 
 if TYPE_CHECKING:
@@ -188,7 +190,11 @@ def _compile(name: str, params: str, body: Sequence[str]) -> Template:
             f"    def handled({params}):",
             f"        _fxtoken = {_TOKEN!r}",
             "        _fxenv = _fxcell",
-            *[f"        {line}" for line in body],
+            "        try:",  # free in Python >= 3.11 unless it raises
+            *[f"            {line}" for line in body],
+            "        except Exception as _fxerror:",
+            "            _fxhide(_fxerror)",  # this frame too, as JAX hides its own
+            "            raise",
             "    return handled",
             "",
         ]
@@ -197,7 +203,8 @@ def _compile(name: str, params: str, body: Sequence[str]) -> Template:
     if compiled is None:
         # Registered with linecache, as dataclasses and attrs do, so that tracebacks
         # through a handled call show the line they passed.
-        filename = f"<effax.handle #{next(_SERIAL)}>"
+        # (under effax's directory: hidden from tracebacks with effax's frames)
+        filename = os.path.join(_trace.EFFAX_DIR, f"<effax.handle #{next(_SERIAL)}>")
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         namespace: dict[str, Any] = {}
         exec(compile(source, filename, "exec"), namespace)
@@ -234,7 +241,7 @@ def make_function(code: Template, env: tuple[Any, ...]) -> types.FunctionType:
     return types.FunctionType(code.code, _GLOBALS, code.code.co_name, None, (types.CellType(env),))
 
 
-_GLOBALS: dict[str, Any] = {"__builtins__": __builtins__}
+_GLOBALS: dict[str, Any] = {"__builtins__": __builtins__, "_fxhide": _trace.hide_frames}
 
 
 def _name(attribute: str | None) -> str | None:

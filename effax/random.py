@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 
+from . import _trace
 from ._discrete import (
     bernoulli as bernoulli,
     categorical as categorical,
@@ -52,6 +53,7 @@ DType = Any
 ArrayLike = Any
 
 
+@_trace.api_boundary
 def key(*, stream: RandomKey = rng) -> jax.Array:
     """A fresh key drawn from `stream`: ``stream.next_key()``.
 
@@ -79,6 +81,7 @@ def key(*, stream: RandomKey = rng) -> jax.Array:
     return checked_key(stream, "effax.random.key")
 
 
+@_trace.api_boundary
 def normal(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
     """Standard normal samples.
 
@@ -104,6 +107,7 @@ def normal(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
     return jax.random.normal(checked_key(stream, "effax.random.normal", shape), shape, dtype)
 
 
+@_trace.api_boundary
 def uniform(
     shape: Shape = (),
     dtype: DType = float,
@@ -144,6 +148,7 @@ def uniform(
     )
 
 
+@_trace.api_boundary
 def truncated_normal(
     lower: ArrayLike,
     upper: ArrayLike,
@@ -179,6 +184,7 @@ def truncated_normal(
     )
 
 
+@_trace.api_boundary
 def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
     """Standard Gumbel samples: `jax.random.gumbel` with the next key of `stream`
     (the arguments are `normal`'s).
@@ -197,6 +203,7 @@ def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
     return jax.random.gumbel(checked_key(stream, "effax.random.gumbel", shape), shape, dtype)
 
 
+@_trace.api_boundary
 def exponential(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) -> jax.Array:
     """Standard exponential samples: `jax.random.exponential` with the next key of
     `stream` (the arguments are `normal`'s).
@@ -215,6 +222,7 @@ def exponential(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = 
     )
 
 
+@_trace.api_boundary
 def gamma(
     a: ArrayLike, shape: Shape | None = None, dtype: DType = float, *, stream: RandomKey = rng
 ) -> jax.Array:
@@ -244,6 +252,7 @@ def gamma(
     return jax.random.gamma(checked_key(stream, "effax.random.gamma", shape), a, shape, dtype)
 
 
+@_trace.api_boundary
 def beta(
     a: ArrayLike,
     b: ArrayLike,
@@ -277,6 +286,7 @@ def beta(
     return jax.random.beta(checked_key(stream, "effax.random.beta", shape), a, b, shape, dtype)
 
 
+@_trace.api_boundary
 def dirichlet(
     alpha: ArrayLike, shape: Shape | None = None, dtype: DType = float, *, stream: RandomKey = rng
 ) -> jax.Array:
@@ -308,6 +318,7 @@ def dirichlet(
     )
 
 
+@_trace.api_boundary
 def multivariate_normal(
     mean: ArrayLike,
     cov: ArrayLike,

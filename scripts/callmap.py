@@ -105,7 +105,7 @@ class Recorder:
         except KeyError:
             pass
         module: str | None = None
-        if filename.startswith("<effax"):
+        if os.path.basename(filename).startswith("<effax"):
             module = GENERATED
         else:
             path = os.path.abspath(filename) if not filename.startswith("<") else filename

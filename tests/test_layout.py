@@ -8,7 +8,7 @@ EFFAX = pathlib.Path(__file__).parent.parent / "effax"
 
 LAYERS = [
     {"_trace", "_errors"},
-    {"_context", "_threefry"},
+    {"_context", "_threefry", "_arguments"},
     {"_protocol", "_effect"},
     {"_ask", "_state", "_random_key", "_emit"},
     {
@@ -149,3 +149,14 @@ def test_the_call_path_map_names_real_functions():
         for part in name.split("."):
             assert hasattr(obj, part), f"effax.{module}:{name} does not exist"
             obj = getattr(obj, part)
+
+
+def test_the_package_all_lists_every_re_export():
+    """`effax.__all__` (what the table of bad arguments in tests/test_misuse.py
+    walks) lists exactly the names effax/__init__.py re-exports, and __version__."""
+    path = EFFAX / "__init__.py"
+    exported = {"__version__"}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            exported.update(a.asname for a in node.names if a.asname)
+    assert set(declared_all(path)) == exported

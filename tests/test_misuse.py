@@ -12,8 +12,10 @@ import asyncio
 import copy
 import functools as ft
 import inspect
+import pathlib
 import pickle
 import threading
+import traceback
 
 import attrs
 import jax
@@ -983,3 +985,306 @@ def test_a_scalar_state_under_batched_vmap_names_the_fixes():
 def test_handle_refuses_a_transformation_that_maps_or_differentiates(transform, instead):
     with raises(fx.EffectTypeError, "cannot carry effects", "jax.jit", instead):
         fx.handle(draw, transform=transform)
+
+
+# --- 17. every public function checks its arguments (issue 29): a table ---
+
+_OBJECTS = np.array([object(), object()])  # a NumPy array of Python objects
+
+
+def _stale():
+    leaked = []
+    jax.jit(lambda x: leaked.append(x) or x)(jnp.ones(()))
+    return leaked[0]
+
+
+def _handler_with_fields(fields):
+    return type("Tally", (fx.Handler,), {"fields": fields})  # checked as the class is made
+
+
+_each = lambda i, c: c
+_pair = lambda c, x: (c, x)
+# name -> cases (what is wrong, the call, the error, fragments its message names)
+_BAD_ARGUMENTS = {
+    "scan": [
+        ("f=None", lambda: fx.scan(None, 0.0, jnp.ones(2)), fx.EffectTypeError, "f must be"),
+        ("xs of objects", lambda: fx.scan(_pair, 0.0, _OBJECTS), fx.EffectTypeError, "xs"),
+        ("init a str", lambda: fx.scan(_pair, "0", jnp.ones(2)), fx.EffectTypeError, "init"),
+        ("stale init", lambda: fx.scan(_pair, _stale(), jnp.ones(2)), fx.EffectLeakError, "init"),
+        (
+            "reverse='yes'",
+            lambda: fx.scan(_pair, 0.0, jnp.ones(2), reverse="yes"),
+            fx.EffectTypeError,
+            "reverse",
+        ),
+        ("length=-1", lambda: fx.scan(_pair, 0.0, None, length=-1), fx.EffectUsageError, "length"),
+    ],
+    "map": [
+        ("f=None", lambda: fx.map(None, jnp.ones(2)), fx.EffectTypeError, "f must be"),
+        ("xs of objects", lambda: fx.map(abs, _OBJECTS), fx.EffectTypeError, "xs"),
+        (
+            "batch_size=-1",
+            lambda: fx.map(abs, jnp.ones(2), batch_size=-1),
+            fx.EffectUsageError,
+            "batch_size",
+        ),
+    ],
+    "fori_loop": [
+        ("lower='0'", lambda: fx.fori_loop("0", 3, _each, 0.0), fx.EffectTypeError, "lower"),
+        ("upper=None", lambda: fx.fori_loop(0, None, _each, 0.0), fx.EffectTypeError, "upper"),
+        ("upper=2.5", lambda: fx.fori_loop(0, 2.5, _each, 0.0), fx.EffectTypeError, "upper"),
+        ("body_fun=None", lambda: fx.fori_loop(0, 3, None, 0.0), fx.EffectTypeError, "body_fun"),
+        ("stale init", lambda: fx.fori_loop(0, 3, _each, _stale()), fx.EffectLeakError, "init_val"),
+    ],
+    "while_loop": [
+        ("cond_fun=None", lambda: fx.while_loop(None, abs, 0.0), fx.EffectTypeError, "cond_fun"),
+        ("body_fun='f'", lambda: fx.while_loop(bool, "f", 0.0), fx.EffectTypeError, "body_fun"),
+        (
+            "init of objects",
+            lambda: fx.while_loop(bool, abs, _OBJECTS),
+            fx.EffectTypeError,
+            "init_val",
+        ),
+    ],
+    "cond": [
+        ("pred=None", lambda: fx.cond(None, float, float), fx.EffectTypeError, "pred"),
+        ("pred='yes'", lambda: fx.cond("yes", float, float), fx.EffectTypeError, "pred"),
+        ("stale pred", lambda: fx.cond(_stale(), float, float), fx.EffectLeakError, "pred"),
+        ("true_fun=None", lambda: fx.cond(True, None, float), fx.EffectTypeError, "true_fun"),
+        ("operand a str", lambda: fx.cond(True, abs, abs, "x"), fx.EffectTypeError, "operands"),
+    ],
+    "switch": [
+        ("index='0'", lambda: fx.switch("0", [float]), fx.EffectTypeError, "index"),
+        ("branches=None", lambda: fx.switch(0, None), fx.EffectTypeError, "branches"),
+        ("branches=[]", lambda: fx.switch(0, []), fx.EffectUsageError, "branches"),
+        ("a branch None", lambda: fx.switch(0, [float, None]), fx.EffectTypeError, "branches[1]"),
+    ],
+    "handle": [
+        ("fn=None", lambda: fx.handle(None), fx.EffectTypeError, "fn must be"),
+        (
+            "transform='jit'",
+            lambda: fx.handle(abs, transform="jit"),
+            fx.EffectTypeError,
+            "transform",
+        ),
+        ("a str handler", lambda: fx.handle(abs, "h"), fx.EffectTypeError, "handlers"),
+        (
+            "donate_state=1",
+            lambda: fx.handle(abs, transform=jax.jit, donate_state=1),
+            fx.EffectTypeError,
+            "donate_state",
+        ),
+    ],
+    "jit": [
+        ("fn='f'", lambda: fx.jit("f"), fx.EffectTypeError, "fn must be"),
+        (
+            "donate_state='yes'",
+            lambda: fx.jit(abs, donate_state="yes"),
+            fx.EffectTypeError,
+            "donate_state",
+        ),
+        ("stale argument", lambda: fx.jit(lambda x: x)(_stale()), fx.EffectLeakError, "arguments"),
+    ],
+    "checkpoint": [("fun=None", lambda: fx.checkpoint(None), fx.EffectTypeError, "fun")],
+    "grad": [
+        ("fun=None", lambda: fx.grad(None), fx.EffectTypeError, "effax.grad", "fun"),
+        ("argnums='0'", lambda: fx.grad(abs, argnums="0"), fx.EffectTypeError, "argnums"),
+    ],
+    "value_and_grad": [
+        ("fun=None", lambda: fx.value_and_grad(None), fx.EffectTypeError, "fun"),
+        ("argnums=()", lambda: fx.value_and_grad(abs, argnums=()), fx.EffectTypeError, "argnums"),
+    ],
+    "vmap": [
+        ("fun=None", lambda: fx.vmap(None), fx.EffectTypeError, "fun"),
+        ("keys='both'", lambda: fx.vmap(abs, keys="both"), fx.EffectUsageError, "keys"),
+        ("state=None", lambda: fx.vmap(abs, state=None), fx.EffectUsageError, "state"),
+    ],
+    "shard_map": [
+        (
+            "f=None",
+            lambda: fx.shard_map(None, mesh=None, in_specs=None, out_specs=None),
+            fx.EffectTypeError,
+            "f must be",
+        ),
+        (
+            "mesh=None",
+            lambda: fx.shard_map(abs, mesh=None, in_specs=None, out_specs=None),
+            fx.EffectTypeError,
+            "mesh",
+        ),
+    ],
+    "plumb_and_transform": [
+        (
+            "callable_to_transform='f'",
+            lambda: fx.plumb_and_transform(
+                "f",
+                transform_to_apply=jax.jit,
+                compute_extra_input_before=tuple,
+                create_context_managers_after=tuple,
+            ),
+            fx.EffectTypeError,
+            "callable_to_transform",
+        ),
+    ],
+    "handlers": [
+        ("None", lambda: fx.handlers(None), fx.EffectTypeError, "takes handlers"),
+        ("a str", lambda: fx.handlers("h"), fx.EffectTypeError, "takes handlers"),
+    ],
+    "snapshot": [("a str", lambda: fx.snapshot("h"), fx.EffectTypeError, "take handlers")],
+    "restore": [
+        ("snapshot=None", lambda: fx.restore(None, total.init(1.0)), fx.EffectTypeError, "dict"),
+        ("a str handler", lambda: fx.restore({}, "h"), fx.EffectTypeError, "take handlers"),
+    ],
+    "assert_processes_agree": [
+        ("a str", lambda: fx.assert_processes_agree("h"), fx.EffectTypeError, "take handlers"),
+    ],
+    "uses": [("a str", lambda: fx.uses("s"), fx.EffectTypeError, "takes effects")],
+    "Ask": [
+        ("name=None", lambda: fx.Ask[int](None), fx.EffectTypeError, "name"),
+        ("static='yes'", lambda: fx.Ask[int]("a", static="yes"), fx.EffectTypeError, "static"),
+        (
+            "stale value",
+            lambda: fx.Ask[jax.Array]("a").provide(_stale()),
+            fx.EffectLeakError,
+            "provide",
+        ),
+        (
+            "unhashable static value",
+            lambda: fx.Ask[list]("a", static=True).provide([1]),
+            fx.EffectTypeError,
+            "hashable",
+        ),
+    ],
+    "State": [
+        ("name=''", lambda: fx.State[int](""), fx.EffectTypeError, "non-empty"),
+        ("stale value", lambda: total.init(_stale()), fx.EffectLeakError, "init"),
+    ],
+    "Emit": [("name=3", lambda: fx.Emit[int](3), fx.EffectTypeError, "name")],
+    "RandomKey": [
+        ("name=None", lambda: fx.RandomKey(None), fx.EffectTypeError, "name"),
+        ("seed='0'", lambda: fx.RandomKey("r").seed("0"), fx.EffectTypeError, "seed"),
+        ("seed of objects", lambda: fx.rng.seed(_OBJECTS), fx.EffectTypeError, "seed"),
+        ("stale seed", lambda: fx.rng.seed(_stale()), fx.EffectLeakError, "seed"),
+    ],
+    "JitAwareContextVar": [
+        ("name=None", lambda: fx.JitAwareContextVar(None), fx.EffectTypeError, "str"),
+    ],
+    "Handler": [
+        (
+            "Fields(carry=3)",
+            lambda: _handler_with_fields(fx.Fields(carry=3)),
+            fx.EffectTypeError,
+            "carry=3",
+        ),
+    ],
+    **{
+        f"random.{name}": [
+            ("stream=None", ft.partial(_sample, name, stream=None), fx.EffectTypeError, "stream"),
+            (
+                "stream=object()",
+                ft.partial(_sample, name, stream=object()),
+                fx.EffectTypeError,
+                "RandomKey",
+            ),
+        ]
+        for name in [*_SAMPLERS, "key"]
+    },
+}
+# Public names that take no argument a user could get wrong: types made by the
+# functions above (handlers, states, stages), the errors, and the protocol's records.
+_NOTHING_TO_CHECK = {
+    "BatchPolicy", "Collector", "Compiled", "Discarder", "Effect", "EffectError",
+    "EffectLeakError", "EffectTypeError", "EffectUsageError", "Export", "Fields", "Handlers",
+    "KeyState", "KeyStream", "Outcome", "Provider", "StateCell", "StateTypeError",
+    "UndeclaredEffectError", "UnhandledEffectError", "random", "rng", "__version__",
+}  # fmt: skip
+
+
+def test_every_public_function_is_in_the_table_of_bad_arguments():
+    """A new public function (in effax.__all__ or effax.random.__all__) needs rows in
+    `_BAD_ARGUMENTS`, so that its validation is tested, or a reason to be exempt."""
+    public = {*fx.__all__, *(f"random.{n}" for n in fx.random.__all__)}
+    missing = public - set(_BAD_ARGUMENTS) - _NOTHING_TO_CHECK
+    assert not missing, f"add rows to _BAD_ARGUMENTS for {sorted(missing)}"
+    assert not (set(_BAD_ARGUMENTS) | _NOTHING_TO_CHECK) - public  # nothing stale
+
+
+@pytest.mark.leaks_on_purpose
+@pytest.mark.parametrize(
+    ("name", "case"),
+    [(name, case) for name, cases in _BAD_ARGUMENTS.items() for case in cases],
+    ids=lambda v: v if isinstance(v, str) else v[0],
+)
+def test_every_public_function_refuses_bad_arguments_by_name(name, case):
+    """None, a str, an array of Python objects, a tracer of a finished trace, a flag
+    that is not a bool, a negative count: a named error naming the argument,
+    drawing no key and changing no handler."""
+    _, call, error, *fragments = case
+    with fx.rng.seed(0) as stream, total.init(jnp.ones(2)) as cell:
+        with raises(error, *fragments):
+            call()
+        assert stream.counter == 0
+        assert_bitwise_equal(cell.value, jnp.ones(2))
+
+
+# --- 18. tracebacks hide effax's frames as JAX hides its own (issue 29) ---
+
+
+def _boom(x):
+    raise ValueError("the user's own error")
+
+
+_FRAMES = {  # what is called -> the error, raised in the user's code or effax's
+    "unhandled perform": (lambda: total.get(), fx.UnhandledEffectError),
+    "unhandled in a scan body": (
+        lambda: fx.scan(lambda c, x: (c + total.get(), None), 0.0, jnp.ones(2)),
+        fx.UnhandledEffectError,
+    ),
+    "unhandled under jit": (
+        lambda: fx.jit(lambda x: x + total.get())(1.0),
+        fx.UnhandledEffectError,
+    ),
+    "user error under jit": (lambda: fx.jit(_boom)(1.0), ValueError),
+    "user error under handle": (lambda: fx.handle(_boom, total.init(1.0))(1.0), ValueError),
+    "user error in a scan body": (
+        lambda: fx.scan(lambda c, x: (_boom(c), None), 0.0, jnp.ones(2)),
+        ValueError,
+    ),
+    "user error in a cond branch": (lambda: fx.cond(True, _boom, abs, 1.0), ValueError),
+    "user error under vmap": (lambda: fx.vmap(_boom)(jnp.ones(2)), ValueError),
+    "user error under grad": (lambda: fx.grad(_boom)(1.0), ValueError),
+    "unseeded sampler": (lambda: fx.random.normal(), fx.UnhandledEffectError),
+    "bad argument": (lambda: fx.fori_loop(0, None, abs, 0.0), fx.EffectTypeError),
+}
+
+
+def _frames(call, error):
+    with pytest.raises(error) as info:
+        call()
+    return [
+        (pathlib.Path(f.filename), f.name) for f in traceback.extract_tb(info.value.__traceback__)
+    ]
+
+
+@pytest.mark.parametrize("case", list(_FRAMES))
+def test_tracebacks_show_no_effax_frame_and_end_in_user_code(case):
+    """The frames of an effax error, or of the user's own error raised through
+    effax's wrappers: none is effax's (its generated entry code included), and the
+    last one is in this file (where the user's code raised or performed)."""
+    frames = _frames(*_FRAMES[case])
+    effax_dir = pathlib.Path(fx.__file__).parent
+    assert not [f for f in frames if f[0].is_relative_to(effax_dir)], frames
+    assert frames[-1][0] == pathlib.Path(__file__), frames
+
+
+@pytest.mark.parametrize("case", ["unhandled under jit", "user error in a scan body"])
+def test_tracebacks_show_effax_frames_with_filtering_off(case):
+    """JAX_TRACEBACK_FILTERING=off (jax.config's traceback_filtering) shows them."""
+    before = jax.config.jax_traceback_filtering
+    jax.config.update("jax_traceback_filtering", "off")
+    try:
+        frames = _frames(*_FRAMES[case])
+    finally:
+        jax.config.update("jax_traceback_filtering", before)
+    effax_dir = pathlib.Path(fx.__file__).parent
+    assert [f for f in frames if f[0].is_relative_to(effax_dir)], frames
