@@ -41,14 +41,15 @@ JAX_MIDDLE=0.11.2    # .venvs/py312-jax011, Python 3.12, core suite only
 # that handled code computes under jit/scan/cond/vmap exactly what it does eagerly,
 # per feature (handle and its transforms, control flow, key streams, the effect
 # kinds, context variables, shard_map and sharded jit on 8 host devices) and over
-# 100 random programs (test_properties under ci-small): what leans on the JAX
-# internals that change between releases, in about a minute on two cores. The rest
+# 100 random programs of each generator (test_properties and test_compositions
+# under ci-small): what leans on the JAX internals that change between releases,
+# in about two minutes on two cores. The rest
 # (typing, plugins, peer-library ports, docs, examples) is JAX-independent or is
 # already covered on 0.10 and 0.12.
 CORE_SUITE=(
   tests/test_handle.py tests/test_transforms.py tests/test_control.py tests/test_keys.py
   tests/test_effects.py tests/test_context_var.py tests/test_sharding.py
-  tests/test_properties.py
+  tests/test_properties.py tests/test_compositions.py
 )
 export XLA_FLAGS="${XLA_FLAGS:---xla_force_host_platform_device_count=8}"
 
@@ -71,7 +72,7 @@ echo "==> mypy --strict effax/ effax_stubs/"
 .venvs/default/bin/mypy --strict effax effax_stubs
 .venvs/py312/bin/mypy --strict effax effax_stubs
 
-# 500 generated programs on the default JAX, 100 more on each of the others
+# 500 generated programs per generator on the default JAX, 100 on each of the others
 run_suite default ci
 run_suite py312 ci-small
 run_suite py312-jax011 ci-small "${CORE_SUITE[@]}"

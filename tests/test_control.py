@@ -304,3 +304,35 @@ def test_scan_exception_leaves_handlers_untouched():
         assert hs[stream].counter == 0
         assert hs[log] == []
     np.testing.assert_array_equal(XS, np.arange(4.0))
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+@pytest.mark.parametrize("grad", ["grad", "value_and_grad"])
+def test_a_fori_loop_with_python_int_bounds_is_reverse_differentiable(wrap, grad):
+    """fx.fori_loop(0, 3, ...) under fx.grad, as jax.lax.fori_loop (static bounds
+    lower to a scan), reading and writing a State inside: the gradient of the
+    hand-plumbed loop, and the state's final value."""
+    s = fx.State[jax.Array]("s")
+
+    def f(x):
+        def body(i, c):
+            s.set(s.get() + 1.0)
+            return c * x + s.get()
+
+        return fx.fori_loop(0, 3, body, x)
+
+    def by_hand(x, s0):
+        return jax.lax.fori_loop(
+            0, 3, lambda i, cs: (cs[0] * x + cs[1] + 1.0, cs[1] + 1.0), (x, s0)
+        )[0]
+
+    transformed = getattr(fx, grad)(f)
+    if wrap == "jit":
+        transformed = fx.jit(transformed)
+    with s.init(jnp.float32(0.5)) as cell:
+        got = transformed(jnp.float32(1.5))
+    want = getattr(jax, grad)(by_hand)(jnp.float32(1.5), jnp.float32(0.5))
+    np.testing.assert_allclose(
+        np.asarray(jax.tree.leaves(got)), np.asarray(jax.tree.leaves(want)), rtol=1e-6
+    )
+    assert float(cell.value) == 3.5

@@ -282,7 +282,7 @@ def test_an_unnamed_vmap_called_again_eagerly_reuses_jaxs_compiled_programs():
 def test_a_checkpoint_first_traced_inside_jit_keeps_its_writes():
     """A fresh effax.checkpoint first called inside an effax.jit trace: its state
     writes, emits and key draws reach the handlers, as eagerly (found by
-    tests/fuzz_compositions.py; they were dropped: the enclosing trace did not
+    tests/test_compositions.py; they were dropped: the enclosing trace did not
     learn that the checkpointed call used its handlers)."""
     s = fx.State[jax.Array]("s")
     e = fx.Emit[jax.Array]("e")
@@ -310,7 +310,7 @@ def test_a_handler_the_inner_call_does_not_use_leaks_no_tracer_into_its_cached_t
     """effax.checkpoint (whose trace JAX caches) of a traced-bound fori_loop, inside
     effax.jit, under a State the function never uses, retraced for a new static
     value: the unused handler is seen inside as a stand-in, which must close over
-    none of the outer trace's tracers (found by tests/fuzz_compositions.py: the
+    none of the outer trace's tracers (found by tests/test_compositions.py: the
     second trace reused the cached one and hit UnexpectedTracerError)."""
     mode = fx.Ask[int]("mode", static=True)
     unused = fx.State[jax.Array]("unused")
@@ -352,7 +352,7 @@ _READ_ONLY_INNER = {
 def test_a_state_only_read_in_one_branch_of_a_batched_cond_stays_shared(inner, outer):
     """vmap(state='shared') of a cond with a batched predicate, one branch reading
     a State through a compiled call or a loop: the state was only read, so it is
-    still the one shared value (found by tests/fuzz_compositions.py: the compiled
+    still the one shared value (found by tests/test_compositions.py: the compiled
     call sent the state out as a fresh output, the cond selected it per element,
     and the vmap raised a false EffectLeakError)."""
     s = fx.State[jax.Array]("s")

@@ -1,10 +1,9 @@
 """Composition fuzzer for transparency: random nestings of every wrapper, against an
 independent Python reference.
 
-Not part of the test command yet (its name keeps pytest from collecting it): it
-still finds compositions that disagree or leak tracers (issue 29). Run it by hand,
-``.venvs/default/bin/python -m pytest -n 2 tests/fuzz_compositions.py``; rename it
-to ``test_compositions.py`` once it passes.
+Part of the test command: 500 programs on the default JAX (the `ci` profile of
+`HYPOTHESIS_PROFILE`, which the test command sets), 100 on the other JAX lines
+(`ci-small`).
 
 Programs. A seeded generator (`random.Random`, one seed per program, so every CI run
 checks the same programs) builds nestings, up to `MAX_DEPTH` = 4 wrappers deep, of
@@ -61,7 +60,7 @@ predicate whose innermost vmap shares keys, branches draw the same number of
 keys. The untaken branch of a cond records nothing; a loop of no steps emits
 nothing; `fx.map` bodies run at least once.
 
-Size: `EFFAX_FUZZ_PROGRAMS` programs (default 500, split over `SHARDS` tests; the
+Size: `EFFAX_FUZZ_PROGRAMS` programs (default 500, 100 under ci-small; split over `SHARDS` tests; the
 leak-checked shard gets a fiftieth), `EFFAX_FUZZ_SEED` (default 0) picks another
 set, e.g. ``EFFAX_FUZZ_PROGRAMS=5000 EFFAX_FUZZ_SEED=1``. A failing test lists
 every failing program (its seed and its nesting) and a count per distinct failure.
@@ -86,7 +85,8 @@ import pytest
 import effax as fx
 
 SHARDS = 8
-PROGRAMS = int(os.environ.get("EFFAX_FUZZ_PROGRAMS", "500"))
+_DEFAULT_PROGRAMS = "100" if os.environ.get("HYPOTHESIS_PROFILE") == "ci-small" else "500"
+PROGRAMS = int(os.environ.get("EFFAX_FUZZ_PROGRAMS", _DEFAULT_PROGRAMS))
 BASE_SEED = int(os.environ.get("EFFAX_FUZZ_SEED", "0"))
 MAX_DEPTH = 4
 MAX_LEAVES = 6  # per program, so that a program compiles in about a second
