@@ -28,6 +28,7 @@ __all__ = [
     "Transform",
     "apply_transform",
     "box",
+    "jit_factory_options",
     "normalize_transform",
     "plumb_and_transform",
     "traces_numbers",

@@ -60,8 +60,8 @@ predicate whose innermost vmap shares keys, branches draw the same number of
 keys. The untaken branch of a cond records nothing; a loop of no steps emits
 nothing; `fx.map` bodies run at least once.
 
-Size: `EFFAX_FUZZ_PROGRAMS` programs (default 500, 100 under ci-small; split over `SHARDS` tests; the
-leak-checked shard gets a fiftieth), `EFFAX_FUZZ_SEED` (default 0) picks another
+Size: `EFFAX_FUZZ_PROGRAMS` programs (default 500, 100 under ci-small; split over
+`SHARDS` tests; the leak-checked shard gets a fiftieth), `EFFAX_FUZZ_SEED` (default 0) picks another
 set, e.g. ``EFFAX_FUZZ_PROGRAMS=5000 EFFAX_FUZZ_SEED=1``. A failing test lists
 every failing program (its seed and its nesting) and a count per distinct failure.
 ``python tests/test_compositions.py 123 --shrink`` re-checks program 123 and
@@ -264,7 +264,9 @@ class Generator:
                 in_vmap=True,
                 keys_batched=ctx.keys_batched or keys == "split",
                 inner_keys=keys,
-                batched_pred=False,
+                # an outer batched predicate still selects what the inner vmap
+                # writes to the states it shares
+                batched_pred=ctx.batched_pred,
             )
             return (kind, keys, rng.randint(1, 3), self.body(inner, d))
         # cond / switch
