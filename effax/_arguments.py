@@ -65,14 +65,17 @@ def check_bool(value: Any, argument: str, where: str) -> None:
         )
 
 
-def check_count(value: Any, argument: str, where: str, *, optional: bool = False) -> None:
-    """`value` must be a positive Python int (or None if `optional`)."""
+def check_count(
+    value: Any, argument: str, where: str, *, optional: bool = False, minimum: int = 1
+) -> None:
+    """`value` must be a Python int of at least `minimum` (or None if `optional`)."""
     if value is None and optional:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        kind = "non-negative" if minimum == 0 else "positive"
         none = " (or None)" if optional else ""
         raise EffectUsageError(
-            f"{where} got {argument}={_shown(value)}: it must be a positive Python int{none}."
+            f"{where} got {argument}={_shown(value)}: it must be a {kind} Python int{none}."
         )
 
 

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from . import _trace
@@ -78,13 +77,7 @@ def scan(
     (3.0, [0.0, 2.0, 4.0])
 
     """
-    if length is not None and (
-        isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0
-    ):
-        raise EffectUsageError(
-            f"effax.scan got length={length!r}: the number of steps is a non-negative "
-            "Python int (or None, to take it from the leading axis of xs)."
-        )
+    check_count(length, "length", "effax.scan", optional=True, minimum=0)
     check_callable(f, "f", "effax.scan")
     check_traceable(init, "init", "effax.scan")
     check_traceable(xs, "xs", "effax.scan")
