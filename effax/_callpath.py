@@ -122,11 +122,6 @@ class Handled:
         function = self.function
         if function is None:
             return self.call_eagerly(args, kwargs)
-        check_unleaked(
-            (args, kwargs),
-            "its arguments",
-            f"the compiled {getattr(self.fn, '__name__', 'function')!r}",
-        )
         stack = _context.current_stack()
 
         def run(
@@ -139,7 +134,14 @@ class Handled:
                 return None, program, warm(*args, **kwargs)
             return resolved, program, program.fn(*_inputs(program, resolved), *args, **kwargs)
 
-        resolved, program, result = self.attempt(stack, run)
+        try:
+            resolved, program, result = self.attempt(stack, run)
+        except Exception:
+            # checked only once the call failed (free on every call that works):
+            # name the argument if a leaked tracer was passed in
+            name = getattr(self.fn, "__name__", "function")
+            check_unleaked((args, kwargs), "its arguments", f"the compiled {name!r}")
+            raise
         if resolved is None:  # the warm path ran it, absorbed and all
             return result
         if program.abstract:  # jax.eval_shape: nothing was computed, nothing changes
