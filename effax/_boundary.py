@@ -21,6 +21,7 @@ from ._errors import EffectTypeError, StateTypeError
 from ._protocol import Export, Outcome
 
 __all__ = [
+    "CannotCompile",
     "Uncompilable",
     "check_carry",
     "check_outcome",
@@ -60,6 +61,12 @@ def unplumbable(effect: Effect[Any], export: Export, where: str, *, keyed: bool)
                 "dataclass), or export it as a const (an array) instead."
             )
     return None
+
+
+class CannotCompile(EffectTypeError):
+    """A compiled call reads a handler that cannot cross it: its static export is
+    not hashable (so it cannot be part of the cache key), or it holds a value that
+    is not an array. An eager region may still read the first."""
 
 
 def uncompilable_message(effect: Effect[Any], leaf: Any, where: str) -> str:

@@ -12,6 +12,10 @@ Python loop draws; afterwards
 the counter advances by n·k in Python. Where the number of draws is not known at
 trace time (a `while_loop`, `cond` branches that draw different numbers of keys)
 the counter becomes a traced int32.
+
+Called eagerly, each wrapper runs as the compiled program of its implementation
+(`_eager`): called again with the same body and handlers of the same kinds, the
+body is not traced again, as with `jax.lax`'s own.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import _trace
+from . import _eager, _trace
 from ._arguments import (
     check_bool,
     check_callable,
@@ -82,6 +86,11 @@ def scan(
     check_traceable(init, "init", "effax.scan")
     check_traceable(xs, "xs", "effax.scan")
     check_bool(reverse, "reverse", "effax.scan")
+    return _eager.run(_scan, [f], (length, reverse, unroll), init, xs)  # type: ignore[no-any-return]
+
+
+def _scan(fns: list[Any], options: Any, init: Any, xs: Any) -> Any:
+    (f,), (length, reverse, unroll) = fns, options
     region = Region(f, name="effax.scan")
 
     def body(carry: Any, x: Any) -> Any:
@@ -119,7 +128,12 @@ def map(f: Callable[[X], Y], xs: X, *, batch_size: int | None = None) -> Y:
             "effax.map(..., batch_size=...) is not supported yet: it would vmap the body, "
             "whose key policy must be chosen explicitly. Use effax.vmap inside effax.scan."
         )
-    _, ys = scan(lambda _, x: (None, f(x)), None, xs)
+    return _eager.run(_map, [f], None, xs)  # type: ignore[no-any-return]
+
+
+def _map(fns: list[Any], options: None, xs: Any) -> Any:
+    (f,) = fns
+    _, ys = _scan([lambda _, x: (None, f(x))], (None, False, 1), None, xs)
     return ys
 
 
@@ -157,14 +171,8 @@ def fori_loop(
     except TypeError:  # traced bounds (a ConcretizationTypeError is a TypeError)
         concrete = False
     if concrete:
-        dtype = jnp.result_type(lower, upper)
-        final, _ = scan(
-            lambda c, i: (body_fun(i, c), None),
-            init_val,
-            jnp.arange(lo, hi, dtype=dtype),
-            unroll=1 if unroll is None else unroll,
-        )
-        return final
+        options = (lo, hi, jnp.result_type(lower, upper), 1 if unroll is None else unroll)
+        return _eager.run(_fori, [body_fun], options, init_val)  # type: ignore[no-any-return]
 
     def cond_fun(state: tuple[Any, C]) -> Any:
         return state[0] < upper
@@ -173,7 +181,19 @@ def fori_loop(
         i, value = state
         return i + 1, body_fun(i, value)
 
-    _, final = while_loop(cond_fun, body, (jnp.asarray(lower), init_val))
+    _, final = _while([cond_fun, body], None, (jnp.asarray(lower), init_val))
+    return final  # type: ignore[no-any-return]
+
+
+def _fori(fns: list[Any], options: Any, init_val: Any) -> Any:
+    """A fori_loop with Python-int bounds: an `effax.scan` over the indices."""
+    (body_fun,), (lo, hi, dtype, unroll) = fns, options
+    final, _ = _scan(
+        [lambda c, i: (body_fun(i, c), None)],
+        (None, False, unroll),
+        init_val,
+        jnp.arange(lo, hi, dtype=dtype),
+    )
     return final
 
 
@@ -200,7 +220,12 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
     check_callable(cond_fun, "cond_fun", "effax.while_loop")
     check_callable(body_fun, "body_fun", "effax.while_loop")
     check_traceable(init_val, "init_val", "effax.while_loop")
-    region = Region([cond_fun, body_fun], name="effax.while_loop")
+    return _eager.run(_while, [cond_fun, body_fun], None, init_val)  # type: ignore[no-any-return]
+
+
+def _while(fns: list[Any], options: None, init_val: Any) -> Any:
+    cond_fun, body_fun = fns
+    region = Region(fns, name="effax.while_loop")
 
     def cond(carry: Any) -> Any:
         value, handler_carries = carry
@@ -240,9 +265,7 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
     return final
 
 
-def _branches(
-    kind: str, index: Any, branches: Sequence[Callable[..., R]], operands: tuple[Any, ...]
-) -> R:
+def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands: Any) -> R:
     region = Region(branches, name=f"effax.{kind}")
     statics: list[list[Any]] = [[] for _ in branches]
     structures: list[Any] = [None for _ in branches]
@@ -369,7 +392,7 @@ def cond(pred: Any, true_fun: Callable[..., R], false_fun: Callable[..., R], *op
     check_unleaked(pred, "pred", "effax.cond")
     check_callables([true_fun, false_fun], "(true_fun, false_fun)", "effax.cond")
     check_traceable(operands, "operands", "effax.cond")
-    return _branches("cond", pred, [true_fun, false_fun], operands)
+    return _eager.run(_branches, [true_fun, false_fun], "cond", pred, *operands)  # type: ignore[no-any-return]
 
 
 @_trace.api_boundary
@@ -389,4 +412,4 @@ def switch(index: Any, branches: Sequence[Callable[..., R]], *operands: Any) -> 
     check_index(index, "index", "effax.switch")
     check_callables(branches, "branches", "effax.switch")
     check_traceable(operands, "operands", "effax.switch")
-    return _branches("switch", index, list(branches), operands)
+    return _eager.run(_branches, list(branches), "switch", index, *operands)  # type: ignore[no-any-return]

@@ -20,9 +20,8 @@ from collections.abc import Hashable, MutableMapping, Sequence
 from typing import Any, NamedTuple
 
 from . import _context
-from ._boundary import unplumbable
+from ._boundary import CannotCompile, unplumbable
 from ._effect import Effect
-from ._errors import EffectTypeError
 from ._plan import Plan
 from ._protocol import Export, Handler, check_home
 
@@ -112,7 +111,7 @@ def resolve(
         if export.static is not None:
             why = unplumbable(handler.effect, export, "a compiled call", keyed=True)
             if why is not None:
-                raise EffectTypeError(why)
+                raise CannotCompile(why)
     keys.extend(
         (h.effect, (type(h), h.fields), static_key(e.static))
         for h, e in zip(handlers, found, strict=True)

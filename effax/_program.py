@@ -414,12 +414,18 @@ class Function:
         for i in chosen:
             keep.update(jax.tree.leaves((outcomes[i].carry, outcomes[i].values)))
         evaluate, used = _trace.prune(jaxpr, [i in keep for i in range(out_tree.num_leaves)])
-        # Which input leaves belong to a chosen handler: they must be the only
-        # handler inputs still used.
+        # The input leaves of a handler left out may still be read by an equation
+        # whose other outputs are kept (a while_loop carries every plumbed state
+        # through, and JAX cannot prune a while_loop's carry): since nothing looked
+        # the handler up, no kept output depends on their value, and zeros of their
+        # type stand in for them.
         owner = wide.plan.leaf_owners(wide_exports)
-        if any(u and owner[i] not in chosen for i, u in enumerate(used[: len(owner)])):
-            return None
         in_avals = list(jaxpr.in_avals)
+        dummies = {
+            i: _trace.zeros_like(in_avals[i])
+            for i, u in enumerate(used[: len(owner)])
+            if u and owner[i] not in chosen
+        }
 
         def replay(flat: Sequence[Any], kwargs: dict[str, Any]) -> Any:
             n = program.plan.n_in
@@ -429,7 +435,10 @@ class Function:
                 if isinstance(leaf, jax.core.Tracer)
             ]
             slot_leaves = iter(jax.tree.leaves(flat[:n]))
-            leaves = [next(slot_leaves) if owner[i] in chosen else None for i in range(len(owner))]
+            leaves = [
+                next(slot_leaves) if owner[i] in chosen else dummies.get(i)
+                for i in range(len(owner))
+            ]
             leaves += args
             if len(leaves) != len(in_avals) or any(
                 u and jax.typeof(leaf) != aval

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal, TypeVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core as _core, traceback_util as _traceback_util
+from jax._src import config as _config, core as _core, traceback_util as _traceback_util
 from jax._src.interpreters import batching as _batching, partial_eval as _pe
 from jax._src.lax import lax as _lax
 
@@ -42,6 +42,7 @@ __all__ = [
     "batching_between",
     "current_trace_ref",
     "custom_rule_traced",
+    "evaluating",
     "foreign_tracers",
     "hide_frames",
     "innermost_staging_api",
@@ -57,6 +58,7 @@ __all__ = [
     "under",
     "varying_axes",
     "weakly_typed",
+    "zeros_like",
 ]
 
 SUPPORTED_JAX: Final = "0.10.x to 0.12.x"
@@ -76,6 +78,7 @@ trace_state: Final = _trace_state
 _Staging = _pe.DynamicJaxprTrace
 _Batching = _batching.BatchTrace
 _Tracer = _core.Tracer
+_EvalTrace = _core.EvalTrace
 
 Reach = Literal["ok", "staged", "detached"]
 
@@ -371,12 +374,23 @@ def placeholder(value: Any) -> Any:
     """`value`, or zeros of its type if it is a tracer (closing over no trace)."""
     if not isinstance(value, _Tracer):
         return value
-    aval: Any = value.aval
+    return zeros_like(value.aval)
+
+
+def zeros_like(aval: Any) -> Any:
+    """Zeros of an abstract value's type (a key array of zero key data for a key
+    type): a concrete stand-in for a value nothing reads."""
     if jnp.issubdtype(aval.dtype, jax.dtypes.extended):
         impl = aval.dtype._impl
         data = jnp.zeros((*aval.shape, *impl.key_shape), jnp.uint32)
         return jax.random.wrap_key_data(data, impl=impl)
     return np.zeros(aval.shape, aval.dtype)
+
+
+def evaluating() -> bool:
+    """Whether operations run now: no JAX transformation is tracing, and
+    ``jax.disable_jit`` is off (under it a ``jax.jit`` runs its function eagerly)."""
+    return type(_trace_ctx.trace) is _EvalTrace and not _config.disable_jit.value
 
 
 def is_tracer(value: Any) -> bool:
@@ -461,6 +475,8 @@ def _self_test() -> None:
             seen["weak_type"] = "detached"  # weak types are made another way
         if _trace_ctx.trace._weakref is not root:
             seen["trace_state"] = "detached"  # the cheap identity key is not the trace's
+        if evaluating():
+            seen["evaluating"] = "detached"  # a trace in progress is not told apart
         return x
 
     jax.make_jaxpr(probes)(jax.ShapeDtypeStruct((), jnp.float32))  # type: ignore[no-untyped-call]

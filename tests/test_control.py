@@ -336,3 +336,197 @@ def test_a_fori_loop_with_python_int_bounds_is_reverse_differentiable(wrap, grad
         np.asarray(jax.tree.leaves(got)), np.asarray(jax.tree.leaves(want)), rtol=1e-6
     )
     assert float(cell.value) == 3.5
+
+
+# --- eager calls trace their body once per handler environment ----------------------
+
+
+def _counted(fn, traces):
+    def counted(*args):
+        traces.append(None)
+        return fn(*args)
+
+    return counted
+
+
+def _wrappers(traces, bump=lambda v: v):
+    """Each wrapper called eagerly with bodies that count their traces, perform
+    every kind of effect and pass one value through `bump`: name -> a function
+    running it once."""
+    scan_body = _counted(lambda c, x: step(bump(c), x), traces)
+    fori_body = _counted(lambda i, c: step(bump(c), i.astype(jnp.float32))[0], traces)
+    map_body = _counted(lambda x: step(0.0, bump(x))[1], traces)
+    cond_body = _counted(lambda c: c < scale.ask() * 3, traces)
+    while_body = _counted(lambda c: bump(c) + jax.random.uniform(stream.next_key()), traces)
+    high = _counted(lambda x: (total.set(bump(total.get()) + x), stream.next_key())[1], traces)
+    low = _counted(lambda x: (total.set(bump(total.get()) - x), stream.next_key())[1], traces)
+    return {
+        "scan": lambda: fx.scan(scan_body, jnp.float32(0), XS),
+        "fori_loop": lambda: fx.fori_loop(0, 3, fori_body, jnp.float32(0)),
+        "map": lambda: fx.map(map_body, XS),
+        "while_loop": lambda: fx.while_loop(cond_body, while_body, jnp.float32(0)),
+        "cond": lambda: fx.cond(total.get() > 1, high, low, jnp.float32(1.5)),
+        "switch": lambda: fx.switch(1, [low, high, low], jnp.float32(1.5)),
+    }
+
+
+WRAPPERS = ["scan", "fori_loop", "map", "while_loop", "cond", "switch"]
+# bodies traced per call: a switch traces each of its three branches
+TRACED_FUNCTIONS = {"while_loop": 2, "cond": 2, "switch": 3}
+
+
+@pytest.mark.parametrize("name", WRAPPERS)
+def test_an_eager_wrapper_called_again_traces_its_bodies_once(name):
+    """Ten eager calls with the same bodies under the same handlers trace each body
+    once (as jax.lax's own do), and compute what ten calls traced afresh compute:
+    the same outputs, states, key counters, keys and emits, call by call."""
+    traces = []
+    run = _wrappers(traces)[name]
+    with handlers() as hs:
+        got = [(run(), *final(hs)) for _ in range(10)]
+        emitted = hs[log]
+    assert len(traces) == TRACED_FUNCTIONS.get(name, 1)
+
+    fresh_traces = []
+    want = []
+    with handlers() as hs:
+        for _ in range(10):  # new body objects every call: traced every call
+            want.append((_wrappers(fresh_traces)[name](), *final(hs)))
+        fresh_emitted = hs[log]
+    assert len(fresh_traces) == 10 * TRACED_FUNCTIONS.get(name, 1)
+    assert_bitwise_equal(got, want)
+    assert_bitwise_equal(emitted, fresh_emitted)
+
+
+@pytest.mark.parametrize("name", WRAPPERS)
+def test_an_eager_wrapper_traces_again_for_a_new_handler_environment(name):
+    """A static Ask read in the body is part of the program's key: a new static
+    value retraces and is seen; going back to the first reuses its program; under
+    a new set of handlers of the same kinds (a fresh `with`), nothing retraces."""
+    offset = fx.Ask[int]("offset", static=True)
+    traces = []
+    run = _wrappers(traces, bump=lambda v: v + offset.ask())[name]
+    results = {}
+    for value in [1, 2, 1, 2]:
+        with handlers() as hs, offset.provide(value):
+            results.setdefault(value, []).append((run(), *final(hs)))
+    assert len(traces) == 2 * TRACED_FUNCTIONS.get(name, 1)
+    for value in (1, 2):
+        assert_bitwise_equal(results[value][0], results[value][1])
+    differs = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), results[1][0], results[2][0])
+    assert any(jax.tree.leaves(differs))  # the new value was seen
+
+
+def test_an_eager_scan_called_again_sees_new_handler_values_and_python_state():
+    """The cached program takes every handler value as an input: a new traced Ask
+    value, a restored state and a reseeded stream are seen without retracing, and a
+    Python side effect of the body runs once (at its one trace), as in lax.scan."""
+    traces = []
+    body = _counted(step, traces)
+    out = []
+    for seed, value in [(3, 2.0), (4, 5.0), (3, 2.0)]:
+        with fx.handlers(
+            scale.provide(jnp.float32(value)),
+            total.init(jnp.float32(value)),
+            stream.seed(jax.random.key(seed)),
+            log.collect(),
+        ) as hs:
+            carry, ys = fx.scan(body, jnp.float32(0), XS)
+            out.append((carry, ys, *final(hs), hs[log]))
+    assert len(traces) == 1
+    assert_bitwise_equal(out[0], out[2])
+    assert float(out[1][2]) == 5.0 + 5.0 * float(XS.sum())  # total: init + Σ x·scale
+    assert not bool(jnp.all(out[0][1][0] == out[1][1][0]))  # other seed, other noise
+
+
+def test_an_eager_scan_whose_body_fails_fails_again_and_changes_nothing():
+    """A body that raises while tracing leaves no program behind: the next call
+    traces and raises again, and the handlers keep their values."""
+    traces = []
+
+    def body(c, x):
+        traces.append(None)
+        total.set(total.get() + x)
+        raise ValueError("bad body")
+
+    with handlers() as hs:
+        for _ in range(2):
+            with pytest.raises(ValueError, match="bad body"):
+                fx.scan(body, 0.0, XS)
+        assert float(hs[total]) == 0.0 and hs[stream].counter == 0
+    assert len(traces) == 2
+
+
+def test_an_eager_scan_holds_its_body_weakly():
+    """A cached program does not keep its body alive (nor what the body closes
+    over): it dies with it."""
+    import gc
+    import weakref
+
+    from effax import _eager
+
+    big = jnp.zeros(1000)
+
+    def make():
+        def body(c, x):
+            return c + big[0] + x * total.get(), None
+
+        return body
+
+    body = make()
+    with handlers():
+        fx.scan(body, 0.0, XS)
+    ref = weakref.ref(body)
+    count = len(_eager._PROGRAMS)
+    del body
+    gc.collect()
+    assert ref() is None
+    assert len(_eager._PROGRAMS) == count - 1
+
+
+def test_an_eager_scan_under_disable_jit_runs_python_steps():
+    """Under jax.disable_jit the body runs step by step on concrete values (a Python
+    loop), with the same results as the compiled eager scan."""
+    seen = []
+
+    def body(c, x):
+        seen.append(type(x))
+        return step(c, x)
+
+    with handlers() as hs:
+        compiled = (fx.scan(body, jnp.float32(0), XS), *final(hs))
+    with handlers() as hs, jax.disable_jit():
+        stepped = (fx.scan(body, jnp.float32(0), XS), *final(hs))
+    assert len(seen) == 1 + len(XS)  # one trace, then one call per step
+    assert_transparent(stepped, compiled)
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_a_while_loop_beside_a_state_it_never_reads_traces_once(wrap):
+    """A while_loop carries every plumbed handler through (JAX cannot prune a
+    while_loop's carry), so a compiled call that learns its row from one trace
+    must replay that trace without the unread state's input: the first call traces
+    the bodies once, and the state keeps its very value."""
+    traces = []
+    cond_fun = _counted(lambda c: c < 3.0, traces)
+    body_fun = _counted(lambda c: c + jax.random.uniform(stream.next_key()), traces)
+
+    def run():
+        return fx.while_loop(cond_fun, body_fun, jnp.float32(0))
+
+    if wrap == "jit":
+        run = fx.jit(run)
+    start = jnp.float32(7)
+    with total.init(start) as cell, stream.seed(jax.random.key(3)) as keys:
+        got = [(run(), keys.value.counter) for _ in range(3)]
+        assert cell.value is start
+    assert len(traces) == 2  # cond_fun and body_fun, once each
+
+    key, c, counter, want = jax.random.key(3), 0.0, 0, []
+    for _ in range(3):
+        c = jnp.float32(0)
+        while c < 3.0:
+            c = c + jax.random.uniform(jax.random.fold_in(key, counter))
+            counter += 1
+        want.append((c, jnp.int32(counter)))
+    assert_transparent(got, want)

@@ -27,6 +27,7 @@ LAYERS = [
     {"_explain"},
     {"_callpath"},
     {"_handle"},
+    {"_eager"},
     {"_control", "_transforms", "random"},
 ]
 LAYER = {module: i for i, layer in enumerate(LAYERS) for module in layer}
