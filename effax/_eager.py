@@ -12,9 +12,11 @@ keeps those facts with the program. The body is traced once and compiled once pe
 environment; later calls take `effax.jit`'s warm path.
 
 Programs are cached by wrapper, options and body functions, which are held weakly
-(a program dies with its functions). A body that cannot be weakly referenced, and
-one that reads a handler whose static export cannot be part of a cache key (an
-unhashable one: legal eagerly), is traced on every call.
+(a program dies with its functions). A body that cannot be weakly referenced, or
+that reads a handler whose static export cannot be part of a cache key (an
+unhashable one: legal eagerly), is traced on every call (the latter twice on the
+first: the compiled attempt learns the body reads it, then the wrapper runs
+directly; later attempts fail before tracing).
 """
 
 from __future__ import annotations

@@ -418,7 +418,8 @@ class Function:
         # whose other outputs are kept (a while_loop carries every plumbed state
         # through, and JAX cannot prune a while_loop's carry): since nothing looked
         # the handler up, no kept output depends on their value, and zeros of their
-        # type stand in for them.
+        # type stand in for them (built from the traced types, so they are not
+        # checked against them: a weak type is all they may lack).
         owner = wide.plan.leaf_owners(wide_exports)
         in_avals = list(jaxpr.in_avals)
         dummies = {
@@ -441,8 +442,8 @@ class Function:
             ]
             leaves += args
             if len(leaves) != len(in_avals) or any(
-                u and jax.typeof(leaf) != aval
-                for leaf, aval, u in zip(leaves, in_avals, used, strict=True)
+                u and i not in dummies and jax.typeof(leaf) != aval
+                for i, (leaf, aval, u) in enumerate(zip(leaves, in_avals, used, strict=True))
             ):
                 return None
             results = iter(evaluate(*(leaf for leaf, u in zip(leaves, used, strict=True) if u)))

@@ -501,12 +501,13 @@ def test_an_eager_scan_under_disable_jit_runs_python_steps():
     assert_transparent(stepped, compiled)
 
 
+@pytest.mark.parametrize("start", [jnp.float32(7), 7.0], ids=["array", "python_float"])
 @pytest.mark.parametrize("wrap", ["eager", "jit"])
-def test_a_while_loop_beside_a_state_it_never_reads_traces_once(wrap):
+def test_a_while_loop_beside_a_state_it_never_reads_traces_once(wrap, start):
     """A while_loop carries every plumbed handler through (JAX cannot prune a
     while_loop's carry), so a compiled call that learns its row from one trace
     must replay that trace without the unread state's input: the first call traces
-    the bodies once, and the state keeps its very value."""
+    the bodies once, and the state keeps its very value (also a weakly typed one)."""
     traces = []
     cond_fun = _counted(lambda c: c < 3.0, traces)
     body_fun = _counted(lambda c: c + jax.random.uniform(stream.next_key()), traces)
@@ -516,7 +517,6 @@ def test_a_while_loop_beside_a_state_it_never_reads_traces_once(wrap):
 
     if wrap == "jit":
         run = fx.jit(run)
-    start = jnp.float32(7)
     with total.init(start) as cell, stream.seed(jax.random.key(3)) as keys:
         got = [(run(), keys.value.counter) for _ in range(3)]
         assert cell.value is start

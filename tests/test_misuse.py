@@ -709,6 +709,27 @@ def test_an_unhashable_static_export_is_named_and_unused_it_is_no_obstacle():
         assert float(fx.jit(lambda x: x * len(config.get()))(1.0)) == 2.0
 
 
+def test_an_eager_loop_reading_an_unhashable_static_export_runs_uncompiled():
+    """An eager scan is the compiled call of its implementation; a body reading a
+    handler that compiled calls cannot key on still runs (as the wrapper itself,
+    its body traced on every call, twice on the first: the compiled attempt learns
+    the body reads it, later attempts fail before tracing), and a hashable value
+    afterwards gets the cached program (one trace, then none)."""
+    config = Mode("config")
+    traces = []
+
+    def body(c, _):
+        traces.append(None)
+        return c * len(config.get()), None
+
+    with ModeHandler(config, [1, 2]):
+        assert [float(fx.scan(body, 1.0, None, length=2)[0]) for _ in range(3)] == [4.0] * 3
+    assert len(traces) == 4
+    with ModeHandler(config, (1, 2, 3)):
+        assert [float(fx.scan(body, 1.0, None, length=2)[0]) for _ in range(3)] == [9.0] * 3
+    assert len(traces) == 5
+
+
 # --- 13. hints are valid Python ---
 
 
