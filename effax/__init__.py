@@ -26,6 +26,7 @@ from ._errors import (
 )
 from ._handle import Compiled as Compiled, handle as handle, jit as jit
 from ._handlers import Handlers as Handlers, handlers as handlers
+from ._intercept import Interceptor as Interceptor, intercept as intercept
 from ._plumb import plumb_and_transform as plumb_and_transform
 from ._protocol import (
     BatchPolicy as BatchPolicy,
@@ -78,6 +79,8 @@ __all__ = [
     "Handler",
     "Handlers",
     "handlers",
+    "intercept",
+    "Interceptor",
     "jit",
     "JitAwareContextVar",
     "KeyState",

@@ -37,6 +37,7 @@ class Ask(Effect["Provider[T]"], Generic[T]):
 
     __slots__ = ("static",)
     handler_hint = "{name}.provide(value)"
+    operations = ("ask",)
     static: bool
 
     def __init__(self, name: str, *, static: bool = False) -> None:
@@ -47,7 +48,7 @@ class Ask(Effect["Provider[T]"], Generic[T]):
     @_trace.api_boundary
     def ask(self) -> T:
         """The value provided by the innermost handler."""
-        return self.handler().provided
+        return self.handler().ask()
 
     def provide(self, value: T) -> Provider[T]:
         """A handler that answers `ask()` with `value`."""
@@ -105,6 +106,10 @@ class Provider(Handler[Ask[T]]):
 
     @property
     def value(self) -> T:
+        return self.provided
+
+    def ask(self) -> T:
+        """The operation of `Ask`: the provided value."""
         return self.provided
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextvars
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar
 
 from . import _trace
@@ -28,10 +28,12 @@ __all__ = [
     "Obstacle",
     "Stack",
     "Tracked",
+    "chain",
     "current_stack",
     "enter_block",
     "exit_block",
     "home_trace",
+    "installed_at",
     "mark_used",
     "note_missing",
     "obstacle",
@@ -161,16 +163,20 @@ class Stack(dict["Effect[Any]", Entry]):
     each, since every enclosing trace baked that outcome in.
     """
 
-    __slots__ = ("__weakref__", "owner", "recorders", "token")
+    __slots__ = ("__weakref__", "owner", "parent", "recorders", "token")
 
     def __init__(
         self,
         entries: Mapping[Effect[Any], Entry] | None = None,
         *,
         recorders: tuple[set[Effect[Any]], ...] = (),
+        parent: Stack | None = None,
     ) -> None:
         super().__init__(entries or {})
         self.recorders = recorders
+        # The stack this one was installed over (what `chain` walks to find the
+        # handlers an inner one of the same effect shadows).
+        self.parent = parent
         # For a stack installed by a `with` block: the handler (or bundle) that
         # entered it, and the token that restores the stack below it.
         self.owner: object = None
@@ -186,21 +192,46 @@ current_stack = _STACK.get
 
 
 def push(handlers: tuple[Handler[Any], ...]) -> contextvars.Token[Stack]:
-    """Install `handlers` (later ones innermost) at the current trace."""
+    """Install `handlers` (later ones innermost) at the current trace. Several
+    handlers of one effect (an interceptor over the handler it forwards to) are
+    installed as nested layers, so that each shadows the ones before it."""
     ref = _trace.current_trace_ref()
-    return push_entries({handler.effect: (handler, ref) for handler in handlers})
+    layers: list[dict[Effect[Any], Entry]] = [{}]
+    for handler in handlers:
+        if handler.effect in layers[-1]:
+            layers.append({})
+        layers[-1][handler.effect] = (handler, ref)
+    return push_entries(*layers)
 
 
 def push_entries(
-    entries: Mapping[Effect[Any], Entry], *, recorder: set[Effect[Any]] | None = None
+    *layers: Mapping[Effect[Any], Entry], recorder: set[Effect[Any]] | None = None
 ) -> contextvars.Token[Stack]:
-    """Install pre-built entries (used to mark effects during a trace); with
-    `recorder`, also note failed lookups below this point into it."""
-    outer = _STACK.get()
-    recorders = outer.recorders if recorder is None else (*outer.recorders, recorder)
-    stack = Stack(outer, recorders=recorders)
-    stack.update(entries)
+    """Install pre-built entries (used to mark effects during a trace), one stack
+    per layer (later layers innermost); with `recorder`, also note failed lookups
+    below this point into it."""
+    stack = _STACK.get()
+    recorders = stack.recorders if recorder is None else (*stack.recorders, recorder)
+    for entries in layers:
+        stack = Stack(stack, recorders=recorders, parent=stack)
+        stack.update(entries)
     return _STACK.set(stack)
+
+
+def chain(stack: Stack, effect: Effect[Any]) -> Iterator[Entry]:
+    """The entries of `effect` under `stack`, innermost first: the installed handler,
+    then each one it shadows (each install is one entry object, shared by the
+    stacks above it)."""
+    last: Entry | None = None
+    node: Stack | None = stack
+    while node is not None:
+        entry = node.get(effect)
+        if entry is None:
+            return
+        if entry is not last:
+            yield entry
+            last = entry
+        node = node.parent
 
 
 def note_missing(effect: Effect[Any]) -> None:
@@ -234,6 +265,19 @@ def exit_block(owner: object) -> None:
             "handler in one `with` block of one thread or task."
         )
     _STACK.reset(stack.token)
+
+
+def installed_at(effect: Effect[Any], handler: Handler[Any]) -> Any:
+    """The trace ref of the entry through which `handler` (of `effect`) is
+    reached here (its own entry, or that of an interceptor forwarding to it), or
+    None if it is not reached from the current stack."""
+    stack = _STACK.get()
+    entry = stack.get(effect)
+    if entry is not None and entry[0] is handler:
+        ref = entry[1]
+    else:
+        ref = next((e[1] for e in chain(stack, effect) if e[0].reaches(handler)), None)
+    return None if isinstance(ref, Blocked) else ref
 
 
 # --- stack-entry markers ------------------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 import keyword
 import sys
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar
 
 import jax
@@ -23,6 +25,7 @@ from ._errors import (
     WRITE_LEAK_EXPLANATION,
     EffectLeakError,
     EffectTypeError,
+    EffectUsageError,
     UnhandledEffectError,
 )
 
@@ -67,6 +70,12 @@ class Effect(Generic[H]):
     # How a handler of this kind of effect is made, for messages; `{name}` is the
     # effect's name (e.g. "{name}.init(value)").
     handler_hint: ClassVar[str] = "a handler"
+    # The names of the effect's operations: the handler methods its performs call,
+    # which `effax.intercept` may answer (None: any name, for effects that do not
+    # say). `derived_operations` are answered, by an interceptor that does not
+    # answer them itself, in terms of the others: ``fn(interceptor, *args)``.
+    operations: ClassVar[tuple[str, ...] | None] = None
+    derived_operations: ClassVar[Mapping[str, Callable[..., Any]]] = MappingProxyType({})
     name: str
 
     def __init__(self, name: str) -> None:
@@ -148,6 +157,46 @@ class Effect(Generic[H]):
             check_write(self, value, ref)
         return handler
 
+    def outer_of(self, handler: Handler[Any]) -> Handler[Any]:
+        """The handler of this effect that `handler` shadows (`Handler.outer`),
+        checked for trace safety as `handler()` is: the next one outward in the
+        installed chain, or the innermost one if `handler` is not installed here
+        (what it would shadow if it were, as for a handler of `effax.handle`)."""
+        outer, why = self.shadowed(handler)
+        if outer is None:
+            _context.note_missing(self)
+            raise UnhandledEffectError(
+                f"{handler!r} forwarded {self!r} to the handler outside it, but there is "
+                f"none: install one around it, e.g. `with {self.handler_example()}: ...`"
+                f"{self.where_variable()}. An interceptor only reinterprets an "
+                "operation; a handler outside it answers it."
+            )
+        if why is not None:
+            _context.note_missing(self)
+            raise_obstacle(self, why)
+        return outer
+
+    def shadowed(
+        self, handler: Handler[Any]
+    ) -> tuple[Handler[Any] | None, _context.Obstacle | None]:
+        """`outer_of` without raising: the handler `handler` shadows (None if there
+        is none), and why it cannot be used here (None if it can)."""
+        entry = _outer_entry(self, handler)
+        if entry is None:
+            return None, None
+        if entry[1] is _trace.current_trace_ref():
+            return entry[0], None
+        return entry[0], _context.obstacle(self, entry)
+
+    def check_store(self, handler: Handler[Any], value: Any) -> None:
+        """Refuse `value`, about to be stored in `handler` (a handler of this
+        effect), if it holds a tracer that would outlive its transformation: the
+        write check of `handler_for_write`, for a handler reached by forwarding
+        (`EffectLeakError`). A handler that is not installed here is not checked."""
+        ref = _context.installed_at(self, handler)
+        if ref is not None and ref is not _trace.current_trace_ref():
+            check_write(self, value, ref)
+
     def unhandled_hint(self) -> str:
         """For the message of performing this effect with no handler: another
         way to handle it, if there is one ("" if not; starts with a space)."""
@@ -170,6 +219,22 @@ _MULTI_PROCESS = (
     " This program runs in {n} processes: the others may now be blocked in a collective "
     "waiting for this one; every process must install the same handlers."
 )
+
+
+def _outer_entry(effect: Effect[Any], handler: Handler[Any]) -> _context.Entry | None:
+    """The entry `handler` shadows in the chain of `effect` (see `outer_of`)."""
+    entries = _context.chain(_context.current_stack(), effect)
+    for entry in entries:
+        if entry[0].reaches(handler):
+            outer = next(entries, None)
+            if any(other[0].reaches(handler) for other in entries):
+                raise EffectUsageError(
+                    f"{handler!r} is installed twice in the chain of handlers of {effect!r}, "
+                    "so the handler it forwards to is ambiguous (forwarding would reach it "
+                    "again). Install it once, or create a second one."
+                )
+            return outer
+    return _context.current_stack().get(effect)
 
 
 def unsplit_message(effect: Effect[Any]) -> str:

@@ -37,6 +37,7 @@ class Emit(Effect["Collector[T]"], Generic[T]):
     __slots__ = ()
 
     handler_hint = "{name}.collect()"
+    operations = ("emit",)
 
     def unhandled_hint(self) -> str:
         return (
@@ -47,7 +48,7 @@ class Emit(Effect["Collector[T]"], Generic[T]):
     @_trace.api_boundary
     def emit(self, value: T) -> None:
         """Append `value` to the innermost collector."""
-        self.handler_for_write(value).values.append(value)
+        self.handler().emit(value)
 
     def collect(self) -> Collector[T]:
         """A handler collecting the emitted values in `.values`."""
@@ -87,6 +88,11 @@ class Collector(Handler[Emit[T]]):
     def value(self) -> list[T]:
         return self.values
 
+    def emit(self, value: T) -> None:
+        """The operation of `Emit`: append `value` to `.values`."""
+        self.effect.check_store(self, value)
+        self.values.append(value)
+
     def clear(self) -> None:
         """Forget the values collected so far (e.g. after logging them)."""
         self.values.clear()
@@ -94,15 +100,6 @@ class Collector(Handler[Emit[T]]):
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Collector[T]:
         return cls(effect)
-
-
-class _Sink:
-    """Where a `Discarder`'s emits go: nowhere."""
-
-    __slots__ = ()
-
-    def append(self, value: Any) -> None:
-        pass
 
 
 @attrs.define(eq=False)
@@ -128,7 +125,9 @@ class Discarder(Handler[Emit[T]]):
 
     effect: Emit[T]
     fields = Fields()
-    values = _Sink()  # what `Emit.emit` appends to
+
+    def emit(self, value: T) -> None:
+        """The operation of `Emit`: drop `value`."""
 
     @property
     def value(self) -> list[T]:

@@ -45,7 +45,7 @@ class Handlers(Mapping[Effect[Any], Any]):
 
     """
 
-    __slots__ = ("_handlers",)
+    __slots__ = ("_all", "_handlers")
 
     def __init__(self, handlers: tuple[Handler[Any], ...]) -> None:
         for handler in handlers:
@@ -54,15 +54,27 @@ class Handlers(Mapping[Effect[Any], Any]):
                     "effax.handlers(...) takes handlers (e.g. `temperature.provide(0.5)`, "
                     f"`steps.init(0)`), but got {type(handler).__name__}: {handler!r}."
                 )
-        self._handlers = {h.effect: h for h in handlers}
-        if len(self._handlers) < len(handlers):
-            effects = [h.effect for h in handlers]
-            twice = next(e for e in effects if effects.count(e) > 1)
-            raise EffectUsageError(
-                f"effax.handlers(...) got two handlers of {twice!r}; only one of them could "
-                "be installed. Pass one handler per effect, or nest two `with` blocks if the "
-                "inner one should shadow the outer one."
-            )
+        self._all = handlers
+        # Per effect: the handler whose state `hs[effect]` shows. Interceptors
+        # (`forwards`) may follow the handler they forward to.
+        self._handlers: dict[Effect[Any], Handler[Any]] = {}
+        for handler in handlers:
+            before = self._handlers.get(handler.effect)
+            if before is None:
+                self._handlers[handler.effect] = handler
+            elif not handler.forwards:
+                raise EffectUsageError(
+                    f"effax.handlers(...) got two handlers of {handler.effect!r}"
+                    + (
+                        f"; {before!r} comes first, so it is outside the other and no "
+                        "operation would reach it. Put an interceptor after the handler it "
+                        "forwards to."
+                        if before.forwards
+                        else "; only one of them could be installed. Pass one handler per "
+                        "effect, or nest two `with` blocks if the inner one should shadow "
+                        "the outer one."
+                    )
+                )
 
     @overload
     def __getitem__(self, effect: State[S]) -> S: ...
@@ -91,9 +103,9 @@ class Handlers(Mapping[Effect[Any], Any]):
         return len(self._handlers)
 
     def __enter__(self) -> Handlers:
-        for handler in self._handlers.values():
+        for handler in self._all:
             check_home(handler)
-        _context.enter_block(self, tuple(self._handlers.values()))
+        _context.enter_block(self, self._all)
         return self
 
     def __exit__(self, *exc_info: object) -> None:

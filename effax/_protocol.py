@@ -244,6 +244,10 @@ class Handler(abc.ABC, Generic[E]):
     # handler is not read through a raw `jax.vmap`; `effax.vmap` asks it for a
     # policy (`batch_export`).
     batch_distinct: ClassVar[bool] = False
+    # Whether the handler forwards what it does not answer to the handler of its
+    # effect outside it (an interceptor): it may share a `handlers(...)` bundle
+    # with that handler, and has no state of its own there.
+    forwards: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         self = super().__new__(cls)
@@ -268,6 +272,30 @@ class Handler(abc.ABC, Generic[E]):
         ``"batch_absorb"``): the runtime then calls it instead of doing its work
         inline."""
         return getattr(cls, method) is not getattr(Handler, method)
+
+    def outer(self) -> Handler[Any]:
+        """The next handler of the same effect outside this one: where an operation
+        this handler does not answer itself is forwarded (see `effax.intercept`).
+
+        Trace-safe as a read is: raises `UnhandledEffectError` if there is none,
+        `EffectLeakError` if it was installed outside a staging transformation
+        around this call. A handler not installed here gets the innermost handler
+        of its effect (the one it would shadow if it were installed now).
+        """
+        return self.effect.outer_of(self)
+
+    def reaches(self, handler: Handler[Any]) -> bool:
+        """Whether an operation answered by this handler can reach `handler`: it is
+        `handler`, or forwards to it. The runtime asks it to find where a handler
+        reached by forwarding is installed (for the trace safety of its writes)."""
+        return self is handler
+
+    def batch_changes(self) -> bool:
+        """Whether a batched region changes this handler even where its body does
+        not perform the effect (a key stream split per element draws the key it
+        splits): then the region counts as performing it. By default, whether the
+        class overrides `batch_absorb`."""
+        return type(self).overrides("batch_absorb")
 
     @property
     def fields(self) -> Fields | None:

@@ -88,6 +88,7 @@ class RandomKey(Effect["KeyStream"]):
     __slots__ = ()
 
     handler_hint = "{name}.seed(key)"
+    operations = ("next_key",)
 
     @_trace.api_boundary
     def next_key(self) -> jax.Array:

@@ -85,7 +85,7 @@ class Region:
             # A handler that absorbs a batched region its own way (a key stream
             # draws the key it splits) is changed by the region whether or not the
             # body performs it: the region performs it.
-            self.used.update(h.effect for h in self.handlers if h.overrides("batch_absorb"))
+            self.used.update(h.effect for h in self.handlers if h.batch_changes())
 
     def run(
         self,

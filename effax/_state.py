@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -15,6 +16,13 @@ from ._protocol import BatchPolicy, Export, Fields, Handler, PyTree
 __all__ = ["State", "StateCell"]
 
 S = TypeVar("S")
+
+
+def _modify(handler: Any, fn: Callable[[Any], Any]) -> Any:
+    """`modify` as a `get` and a `set` of `handler` (see `State.derived_operations`)."""
+    new = fn(handler.get())
+    handler.set(new)
+    return new
 
 
 class State(Effect["StateCell[S]"], Generic[S]):
@@ -39,25 +47,25 @@ class State(Effect["StateCell[S]"], Generic[S]):
     __slots__ = ()
 
     handler_hint = "{name}.init(value)"
+    operations = ("get", "set", "modify")
+    # An interceptor that does not answer `modify` answers it as a `get` and a
+    # `set` (its own, if it answers those): casting reads and writes casts both.
+    derived_operations = MappingProxyType({"modify": _modify})
 
     @_trace.api_boundary
     def get(self) -> S:
         """The current value."""
-        return self.handler().value
+        return self.handler().get()
 
     @_trace.api_boundary
     def set(self, value: S) -> None:
         """Replace the current value."""
-        self.handler_for_write(value).value = value
+        self.handler().set(value)
 
     @_trace.api_boundary
     def modify(self, fn: Callable[[S], S]) -> S:
         """Replace the value by `fn(value)` and return the new value."""
-        cell = self.handler()
-        new = fn(cell.value)
-        self.handler_for_write(new)
-        cell.value = new
-        return new
+        return self.handler().modify(fn)
 
     def init(self, value: S) -> StateCell[S]:
         """A cell handler holding `value`; it keeps its value across calls."""
@@ -91,6 +99,20 @@ class StateCell(Handler[State[S]]):
     effect: State[S]
     value: S
     fields = Fields(carry="value")
+
+    # The operations of `State`, answered by the cell (an interceptor may answer
+    # them differently, see `effax.intercept`).
+    def get(self) -> S:
+        return self.value
+
+    def set(self, value: S) -> None:
+        self.effect.check_store(self, value)
+        self.value = value
+
+    def modify(self, fn: Callable[[S], S]) -> S:
+        new = fn(self.value)
+        self.set(new)
+        return new
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> StateCell[S]:

@@ -10,7 +10,7 @@ LAYERS = [
     {"_trace", "_errors"},
     {"_context", "_threefry", "_arguments"},
     {"_protocol", "_effect"},
-    {"_ask", "_state", "_random_key", "_emit"},
+    {"_ask", "_state", "_random_key", "_emit", "_intercept"},
     {
         "_handlers",
         "_plan",

@@ -1160,6 +1160,22 @@ _BAD_ARGUMENTS = {
         ("a str", lambda: fx.assert_processes_agree("h"), fx.EffectTypeError, "take handlers"),
     ],
     "uses": [("a str", lambda: fx.uses("s"), fx.EffectTypeError, "takes effects")],
+    "intercept": [
+        ("a str effect", lambda: fx.intercept("loss"), fx.EffectTypeError, "takes an effect"),
+        (
+            "an unknown operation",
+            lambda: fx.intercept(total, gett=lambda outer: outer.get()),
+            fx.EffectUsageError,
+            "no operation 'gett'",
+            "get, set, modify",
+        ),
+        (
+            "a non-callable",
+            lambda: fx.intercept(total, get=3),
+            fx.EffectTypeError,
+            "takes a function",
+        ),
+    ],
     "Ask": [
         ("name=None", lambda: fx.Ask[int](None), fx.EffectTypeError, "name"),
         ("static='yes'", lambda: fx.Ask[int]("a", static="yes"), fx.EffectTypeError, "static"),
@@ -1216,6 +1232,7 @@ _BAD_ARGUMENTS = {
 _NOTHING_TO_CHECK = {
     "BatchPolicy", "Collector", "Compiled", "Discarder", "Effect", "EffectError",
     "EffectLeakError", "EffectTypeError", "EffectUsageError", "Export", "Fields", "Handlers",
+    "Interceptor",
     "KeyState", "KeyStream", "Outcome", "Provider", "StateCell", "StateTypeError",
     "UndeclaredEffectError", "UnhandledEffectError", "random", "rng", "__version__",
 }  # fmt: skip

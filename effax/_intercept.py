@@ -1,0 +1,238 @@
+"""`intercept`: a handler that reinterprets some operations of an effect and
+forwards the rest, and `Interceptor`, its class.
+
+An interceptor answers the operations it names with ``fn(outer, *args)``, where
+`outer` is the handler it shadows (`Handler.outer`), and forwards every other
+operation to `outer` unchanged. Across a traced boundary it crosses as one
+handler together with the handler it forwards to (its export is that handler's,
+its static part names both), so a chain of interceptors over a cell is plumbed,
+rebuilt and written back as the cell alone would be, and a region whose body
+never performs the effect plumbs none of it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple, TypeVar
+
+from ._effect import Effect, raise_obstacle
+from ._errors import EffectTypeError, EffectUsageError, UnhandledEffectError
+from ._protocol import BatchPolicy, Export, Handler, Outcome, PyTree
+
+__all__ = ["Interceptor", "intercept"]
+
+E = TypeVar("E", bound="Effect[Any]")
+
+# The operations an interceptor answers: ((name, fn), ...) sorted by name. Static:
+# part of a compiled call's cache key, compared by each function's identity.
+Operations = tuple[tuple[str, Callable[..., Any]], ...]
+
+_NO_OUTER = object()
+
+
+class _Unreachable(NamedTuple):
+    """In place of the handler an interceptor forwards to, when that handler could
+    not enter the traced region the interceptor was rebuilt in: why not."""
+
+    why: Any
+
+
+class Interceptor(Handler[E]):
+    """The handler `effax.intercept` makes: answers the operations it names with
+    ``fn(outer, *args)``, forwards every other operation to the handler outside it.
+
+    Inside a traced region (`effax.jit`, `effax.scan`, `effax.vmap`, ...) it is
+    rebuilt together with the handler it forwards to, which it then reaches
+    directly; outside, `outer()` finds that handler on the installed stack. An
+    interceptor has no state of its own: `value` (what ``hs[effect]`` shows) is
+    that of the handler it forwards to, and snapshots leave it out.
+
+    **Example:** nested interceptors of one `Emit`; the innermost sees the value first.
+
+    >>> import effax
+    >>> log = effax.Emit[float]("log")
+    >>> double = effax.intercept(log, emit=lambda outer, v: outer.emit(2 * v))
+    >>> plus1 = effax.intercept(log, emit=lambda outer, v: outer.emit(v + 1))
+    >>> with effax.handlers(log.collect(), double, plus1) as hs:
+    ...     log.emit(1.0)
+    >>> hs[log]
+    [4.0]
+
+    """
+
+    __slots__ = ("_ops", "_outer", "effect", "operations")
+    forwards = True
+
+    def __init__(self, effect: E, operations: Operations, outer: Any = _NO_OUTER) -> None:
+        self.effect = effect
+        self.operations = operations
+        self._ops = dict(operations)
+        # Rebuilt inside a traced region: the handler it forwards to, rebuilt with
+        # it (None: there was none outside); `_NO_OUTER` outside any region.
+        self._outer = outer
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{name}=..." for name, _ in self.operations)
+        return f"effax.intercept({self.effect!r}, {names})"
+
+    def outer(self) -> Handler[Any]:
+        outer = self._outer
+        if outer is _NO_OUTER:
+            return super().outer()
+        if isinstance(outer, Handler):
+            return outer
+        if isinstance(outer, _Unreachable):
+            raise_obstacle(self.effect, outer.why)
+        raise UnhandledEffectError(
+            f"{self!r} forwarded {self.effect!r} to the handler outside it, but there "
+            f"was none around the traced region it runs in: install one, e.g. `with "
+            f"{self.effect.handler_example()}: ...`{self.effect.where_variable()}, "
+            "around it. An interceptor only reinterprets an operation; a handler "
+            "outside it answers it."
+        )
+
+    def reaches(self, handler: Handler[Any]) -> bool:
+        if self is handler:
+            return True
+        outer = self._outer
+        return isinstance(outer, Handler) and outer.reaches(handler)
+
+    @property
+    def batch_distinct(self) -> bool:  # type: ignore[override]
+        # as the handler it forwards to: a key stream's interceptor is not read
+        # through a raw jax.vmap either
+        outer = self._outer
+        if outer is _NO_OUTER:
+            outer = self.effect.shadowed(self)[0]
+        return isinstance(outer, Handler) and outer.batch_distinct
+
+    def __getattr__(self, name: str) -> Any:
+        # Only names the class does not define get here: the effect's operations.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        fn = self._ops.get(name)
+        if fn is not None:
+            return functools.partial(fn, self.outer())
+        derived = self.effect.derived_operations.get(name)
+        if derived is not None:
+            return functools.partial(derived, self)
+        return getattr(self.outer(), name)
+
+    # --- the plumbing protocol: the interceptor crosses with what it forwards to
+
+    def _reached(self) -> Handler[Any] | None:
+        """The handler it forwards to, if there is one it can reach from here."""
+        outer = self._outer
+        if outer is _NO_OUTER:
+            outer, why = self.effect.shadowed(self)
+            return outer if why is None else None
+        return outer if isinstance(outer, Handler) else None
+
+    def export(self) -> Export:
+        outer = self._reached()
+        return self._wrap(outer, Export() if outer is None else outer.export())
+
+    def _wrap(self, outer: Handler[Any] | None, export: Export) -> Export:
+        """The export of the interceptor over `outer`'s: the operations, and what
+        `outer` is and exports (rebuilt with it inside)."""
+        what: Any = None if outer is None else type(outer)
+        if outer is None and self._outer is _NO_OUTER:
+            why = self.effect.shadowed(self)[1]
+            if why is not None:  # a handler outside it that cannot be reached here
+                what = _Unreachable(why)
+        static: Hashable = (
+            self.operations,
+            what,
+            None if export.static is None else (type(export.static), export.static),
+        )
+        return Export(static, export.const, export.carry)
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Interceptor[Any]:
+        operations, outer_cls, outer_static = static
+        outer: Any = outer_cls if isinstance(outer_cls, _Unreachable) else None
+        if isinstance(outer_cls, type) and issubclass(outer_cls, Handler):
+            inner_static = None if outer_static is None else outer_static[1]
+            outer = outer_cls.rebuild(effect, inner_static, const, carry)
+        return cls(effect, operations, outer)
+
+    def outcome(self, *, carry_required: bool) -> Outcome:
+        outer = self._reached()
+        return Outcome() if outer is None else outer.outcome(carry_required=carry_required)
+
+    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
+        outer = self._reached()
+        if outer is not None:
+            outer.absorb(outcome, steps=steps)
+
+    def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
+        outer = self._reached()
+        if outer is None:
+            return self._wrap(None, Export()), None
+        export, axis = outer.batch_export(policy)
+        return self._wrap(outer, export), axis
+
+    def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
+        outer = self._reached()
+        if outer is not None:
+            outer.batch_absorb(outcome, policy)
+
+    def batch_changes(self) -> bool:
+        outer = self._reached()
+        return outer is not None and outer.batch_changes()
+
+    @property
+    def value(self) -> Any:
+        return self.outer().value
+
+    def snapshot(self) -> PyTree:
+        return None  # nothing of its own: the handler it forwards to is snapshotted
+
+
+def intercept(effect: E, **operations: Callable[..., Any]) -> Interceptor[E]:
+    """A handler of `effect` that answers the named operations with
+    ``fn(outer, *args)`` and forwards every other one, unchanged, to the handler
+    outside it (`outer`).
+
+    `fn` may call any operation of `outer` (or none: then the operation is not
+    forwarded). Interceptors nest: the innermost sees an operation first. The
+    functions are static, as ``jax.jit`` treats functions: a compiled call is
+    reused while the same function objects are installed (a new lambda on every
+    call traces again), and arrays they close over are constants of the compiled
+    program; values that change belong in an effect of their own.
+
+    **Example:** scale an emitted loss; double a context value.
+
+    >>> import jax.numpy as jnp, effax
+    >>> loss = effax.Emit[jnp.ndarray]("loss")
+    >>> t = effax.Ask[float]("t")
+    >>> def f():
+    ...     loss.emit(jnp.float32(3.0))
+    ...     return t.ask()
+    >>> with effax.handlers(loss.collect(), t.provide(1.5)) as hs:
+    ...     with effax.intercept(loss, emit=lambda outer, v: outer.emit(0.5 * v)), \\
+    ...          effax.intercept(t, ask=lambda outer: 2 * outer.ask()):
+    ...         y = effax.jit(f)()
+    >>> float(y), [float(v) for v in hs[loss]]
+    (3.0, [1.5])
+
+    """
+    if not isinstance(effect, Effect):
+        raise EffectTypeError(
+            f"effax.intercept(effect, ...) takes an effect (e.g. `effax.Emit[float]('loss')`), "
+            f"but got {type(effect).__name__}: {effect!r}."
+        )
+    known = effect.operations
+    for name, fn in operations.items():
+        if known is not None and name not in known:
+            raise EffectUsageError(
+                f"effax.intercept({effect!r}, {name}=...): {type(effect).__name__} has no "
+                f"operation {name!r}; its operations are {', '.join(known)}."
+            )
+        if not callable(fn):
+            raise EffectTypeError(
+                f"effax.intercept({effect!r}, {name}=...) takes a function "
+                f"`{name}(outer, *args)`, but got {type(fn).__name__}: {fn!r}."
+            )
+    return Interceptor(effect, tuple(sorted(operations.items())))
