@@ -227,12 +227,20 @@ def _outer_entry(effect: Effect[Any], handler: Handler[Any]) -> _context.Entry |
     for entry in entries:
         if entry[0].reaches(handler):
             outer = next(entries, None)
-            if any(other[0].reaches(handler) for other in entries):
-                raise EffectUsageError(
-                    f"{handler!r} is installed twice in the chain of handlers of {effect!r}, "
-                    "so the handler it forwards to is ambiguous (forwarding would reach it "
-                    "again). Install it once, or create a second one."
-                )
+            # forwarding goes on outward through the stack while it meets handlers
+            # that forward to the one installed outside them; meeting `handler`
+            # again would forward forever
+            further = outer
+            while further is not None:
+                if further[0].reaches(handler):
+                    raise EffectUsageError(
+                        f"{handler!r} is installed twice in the chain of handlers of "
+                        f"{effect!r}, so the handler it forwards to is ambiguous (forwarding "
+                        "would reach it again). Install it once, or create a second one."
+                    )
+                if not further[0].forwards_outward():
+                    break
+                further = next(entries, None)
             return outer
     return _context.current_stack().get(effect)
 

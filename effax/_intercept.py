@@ -65,6 +65,9 @@ class Interceptor(Handler[E]):
     forwards = True
 
     def __init__(self, effect: E, operations: Operations, outer: Any = _NO_OUTER) -> None:
+        # It holds no arrays (its functions are static), so it may be installed
+        # under any trace: it has no home trace to escape from.
+        object.__setattr__(self, "_effax_home", None)
         self.effect = effect
         self.operations = operations
         self._ops = dict(operations)
@@ -97,6 +100,9 @@ class Interceptor(Handler[E]):
             return True
         outer = self._outer
         return isinstance(outer, Handler) and outer.reaches(handler)
+
+    def forwards_outward(self) -> bool:
+        return self._outer is _NO_OUTER
 
     @property
     def batch_distinct(self) -> bool:  # type: ignore[override]

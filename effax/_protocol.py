@@ -290,6 +290,13 @@ class Handler(abc.ABC, Generic[E]):
         reached by forwarding is installed (for the trace safety of its writes)."""
         return self is handler
 
+    def forwards_outward(self) -> bool:
+        """Whether what this handler forwards goes to the handler installed outside
+        it on the stack (an interceptor installed here), rather than to one it
+        holds itself (an interceptor rebuilt inside a traced region, with the
+        handler it forwards to). By default, `forwards`."""
+        return self.forwards
+
     def batch_changes(self) -> bool:
         """Whether a batched region changes this handler even where its body does
         not perform the effect (a key stream split per element draws the key it

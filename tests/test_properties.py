@@ -3,7 +3,8 @@
 Hypothesis generates programs: sequences of ask / get / set / modify / next_key /
 emit, nested State handlers, and sub-programs nested in `effax.handle` (compiled
 with jax.jit), `effax.scan`, `effax.cond` and `effax.vmap`; and the patterns that
-make a compiled program depend on its environment: optional effects (an `ask` or
+make a compiled program depend on its environment, and interceptors of the four
+effects (`effax.intercept`) around sub-programs: optional effects (an `ask` or
 an `emit` in try/except, for a handler that is installed in some environments
 only), a `State` and an `Ask` whose value is None in some environments, a static
 `Ask` whose value is ``1``, ``1.0`` or ``True``, and effects performed only for
@@ -63,6 +64,24 @@ MAYBE_NONE = fx.State[jax.Array | None]("maybe_none")
 MAYBE_NONE_ASK = fx.Ask[jax.Array | None]("maybe_none_ask")
 STATIC = fx.Ask[int | float | bool]("static", static=True)
 
+
+def interceptors(n):
+    """Interceptors (issue 25) of the four effects, the `n`-th set: installed around
+    sub-programs, each set at most once in a chain (nested regions take the next)."""
+    return (
+        fx.intercept(A, ask=lambda outer: outer.ask() * 2 + n),
+        fx.intercept(
+            S, get=lambda outer: outer.get() + 1, set=lambda outer, v: outer.set(v * 0.5 - n)
+        ),
+        fx.intercept(K, next_key=lambda outer: jax.random.fold_in(outer.next_key(), n)),
+        fx.intercept(E, emit=lambda outer, v: outer.emit(v * 3 + n)),
+    )
+
+
+# The same module-level objects in both runs, so the compiled program is reused.
+INTERCEPTORS = [interceptors(n) for n in range(3)]
+ACTIVE: list[int] = []  # the sets installed around the running sub-program
+
 COEFFICIENTS = st.sampled_from([0.5, -1.0, 1.5])
 READS = [st.tuples(st.just("ask")), st.tuples(st.just("get")), st.tuples(st.just("key"))]
 WRITES = [st.tuples(st.just("set"), COEFFICIENTS), st.tuples(st.just("modify"), COEFFICIENTS)]
@@ -92,6 +111,7 @@ def extend(children):
         st.tuples(st.just("cond"), flat(READS, WRITES), flat(READS, WRITES)),
         st.tuples(st.just("vmap"), flat(READS)),
         st.tuples(st.just("wide_only"), children),
+        st.tuples(st.just("intercept"), children),
     )
 
 
@@ -155,6 +175,14 @@ def run(ops, acc, compiled, width):
             acc = fx.handle(f, transform=jax.jit)(acc) if compiled else f(acc)
         elif kind == "scan":
             acc = run_scan(op[1], op[2], acc, compiled, width)
+        elif kind == "intercept":
+            free = [n for n in range(len(INTERCEPTORS)) if n not in ACTIVE]
+            ACTIVE.append(free[0] if free else -1)
+            try:
+                with fx.handlers(*(INTERCEPTORS[free[0]] if free else ())):
+                    acc = run(op[1], acc, compiled, width)
+            finally:
+                ACTIVE.pop()
         elif kind == "with_state":
             with S.init(acc) as cell:
                 acc = run(op[1], acc, compiled, width)
@@ -206,11 +234,16 @@ def run_vmap(body, acc, compiled, width):
     xs = acc + jnp.arange(3.0)
     if compiled:
         return jnp.sum(fx.vmap(lambda x: run(body, x, compiled, width))(xs))
-    # keys="split": one key from the stream; element b draws from fold_in(key, b).
-    key = K.next_key()
+    # keys="split": one key from the stream itself (not through its interceptors);
+    # element b draws from fold_in(key, b), through the same interceptors.
+    stream, interceptors = K.handler(), []
+    while stream.forwards:
+        interceptors.insert(0, stream)
+        stream = stream.outer()
+    key = stream.next_key()
     ys = []
     for b, x in enumerate(xs):
-        with K.seed(jax.random.fold_in(key, b)):
+        with K.seed(jax.random.fold_in(key, b)), fx.handlers(*interceptors):
             ys.append(run(body, x, compiled, width))
     return jnp.sum(jnp.stack(ys))
 
