@@ -1,4 +1,4 @@
-"""Cases 1-3: per-call dispatch of a compiled, effectful step against plain jax.jit.
+"""Cases 1-3 and 11: per-call dispatch of a compiled, effectful step against plain jax.jit.
 
 Run: python benchmarks/bench_dispatch.py [--quick]
 
@@ -15,6 +15,8 @@ Run: python benchmarks/bench_dispatch.py [--quick]
    traces, to show that none happens while timing. Informative, without a
    target: the same with the step's 3 handlers entered by a ``with`` block around
    every call (a common loop shape), inside the 100 unrelated ones.
+11. Case 1 under one interceptor (`effax.intercept(scale, ask=lambda outer: 2 *
+   outer.ask())`), against the hand-plumbed step with the doubling folded in.
 
 Every contender is checked to compute bit-identical outputs and final states
 before it is timed.
@@ -89,6 +91,18 @@ def pure_step(
 ) -> tuple[jax.Array, jax.Array]:
     y = x * scale_v + jax.random.normal(jax.random.fold_in(base_key, counter), x.shape)
     return y, total_v + jnp.sum(y)
+
+
+# --- case 11: case 1 under one interceptor --------------------------------------------
+
+hotter = fx.intercept(scale, ask=lambda outer: 2 * outer.ask())
+
+
+def pure_step_hotter(
+    scale_v: jax.Array, base_key: jax.Array, counter: int, total_v: jax.Array, x: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """`pure_step` with the interceptor's doubling folded in by hand."""
+    return pure_step(2 * scale_v, base_key, counter, total_v, x)
 
 
 # --- case 2: a 100-layer model with a running mean per layer --------------------------
@@ -167,8 +181,10 @@ def _inputs() -> dict[str, Any]:
     }
 
 
-def hand_contender(inp: dict[str, Any]) -> tuple[Callable[[int], Any], Traces]:
-    traced = Traces(pure_step)
+def hand_contender(
+    inp: dict[str, Any], pure: Callable[..., Any] = pure_step
+) -> tuple[Callable[[int], Any], Traces]:
+    traced = Traces(pure)
     fn = jax.jit(traced)
     s = {"total": inp["total"], "counter": 0}
 
@@ -185,13 +201,24 @@ def hand_contender(inp: dict[str, Any]) -> tuple[Callable[[int], Any], Traces]:
 
 
 def effax_around_contender(
-    inp: dict[str, Any], *, unrelated: bool = False, enter_per_call: bool = False
+    inp: dict[str, Any],
+    *,
+    unrelated: bool = False,
+    enter_per_call: bool = False,
+    intercepted: bool = False,
 ) -> tuple[Callable[[int], Any], Traces]:
     """`handle(step, transform=jax.jit)`, handlers installed around the calls (or,
-    with `enter_per_call`, a ``with`` block per call, inside the unrelated ones)."""
+    with `enter_per_call`, a ``with`` block per call, inside the unrelated ones;
+    with `intercepted`, under the interceptor `hotter` too)."""
     traced = Traces(step)
     fn = fx.handle(traced, transform=jax.jit)
-    cells = (scale.provide(inp["scale"]), noise.seed(inp["key"]), total.init(inp["total"]))
+    cells: tuple[fx.Handler[Any], ...] = (
+        scale.provide(inp["scale"]),
+        noise.seed(inp["key"]),
+        total.init(inp["total"]),
+    )
+    if intercepted:
+        cells = (*cells, hotter)
     outer = unrelated_handlers() if unrelated else []
 
     def batch(n: int) -> Any:
@@ -290,6 +317,8 @@ HAND = "jax.jit, hand-plumbed"
 AROUND = "effax.handle(jit), handlers around"
 CELLS = "effax.handle(jit, *cells)"
 AROUND_100 = "effax.handle(jit), +100 unrelated handlers"
+HAND_HOTTER = "jax.jit, hand-plumbed, the interceptor folded in"
+INTERCEPTED = "effax.handle(jit), handlers around + 1 interceptor"
 PER_CALL = "effax.handle(jit), +100 unrelated, `with` per call"
 DEEP_MANY = "effax.handle(jit), 100 States"
 DEEP_ONE = "effax.handle(jit), 1 State x 100 leaves"
@@ -309,12 +338,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cells, cells_traces = effax_cells_contender(inp)
     around100, around100_traces = effax_around_contender(inp, unrelated=True)
     per_call, per_call_traces = effax_around_contender(inp, unrelated=True, enter_per_call=True)
+    hand_hotter, hand_hotter_traces = hand_contender(inp, pure_step_hotter)
+    intercepted, intercepted_traces = effax_around_contender(inp, intercepted=True)
     contenders = {
         HAND: hand,
         AROUND: around,
         CELLS: cells,
         AROUND_100: around100,
         PER_CALL: per_call,
+        HAND_HOTTER: hand_hotter,
+        INTERCEPTED: intercepted,
     }
     traces = {
         HAND: hand_traces,
@@ -322,13 +355,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         CELLS: cells_traces,
         AROUND_100: around100_traces,
         PER_CALL: per_call_traces,
+        HAND_HOTTER: hand_hotter_traces,
+        INTERCEPTED: intercepted_traces,
     }
     # The first calls (which also warm up: compile, and let effax narrow what it
     # plumbs) must give bit-identical outputs and states.
     expected = outputs(hand)
     agreement = {
-        name: _same(outputs(batch), expected) for name, batch in contenders.items() if name != HAND
+        name: _same(outputs(batch), expected)
+        for name, batch in contenders.items()
+        if name not in (HAND, HAND_HOTTER, INTERCEPTED)
     }
+    agreement[INTERCEPTED] = _same(outputs(intercepted), outputs(hand_hotter))
     traces_warm = {name: t.count for name, t in traces.items()}
     samples = h.interleaved(contenders, number=number, repeat=repeat, warmup=0)
     retraces = {name: t.count - traces_warm[name] for name, t in traces.items()}
@@ -372,6 +410,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "informative, no target: the 3 handlers entered with a `with` block "
                 "around every call, inside the 100 unrelated ones; retraces while "
                 f"timing: {retraces[PER_CALL]}"
+            ),
+        )
+    )
+
+    # case 11: one interceptor, against its hand-written program
+    rows.append(
+        h.row(
+            "11",
+            INTERCEPTED,
+            h.median(samples[INTERCEPTED]),
+            unit="us/call",
+            baseline=HAND_HOTTER,
+            baseline_value=h.median(samples[HAND_HOTTER]),
+            ratio=h.paired_ratio(samples[INTERCEPTED], samples[HAND_HOTTER]),
+            target=1.05,
+            notes=(
+                f"traces: {intercepted_traces.count}; vs {AROUND} (the same step without "
+                f"it): {h.paired_ratio(samples[INTERCEPTED], samples[AROUND]):.3f}"
             ),
         )
     )

@@ -320,7 +320,7 @@ class Handled:
         installed stack (it does unless `environment`, the call's, is the own
         handlers alone: a program traced with fewer lookups may serve it)."""
         outer = len(environment) > len(self.own)
-        return (node, tuple(h.fields for h in handlers), outer)
+        return (node, tuple(_warmpath.warm_key_of(h) for h in handlers), outer)
 
     def bind(
         self,

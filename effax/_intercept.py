@@ -135,6 +135,9 @@ class Interceptor(Handler[E]):
             return outer if why is None else None
         return outer if isinstance(outer, Handler) else None
 
+    def forwarded_to(self) -> Handler[Any] | None:
+        return self._reached()
+
     def export(self) -> Export:
         outer = self._reached()
         return self._wrap(outer, Export() if outer is None else outer.export())

@@ -290,6 +290,14 @@ class Handler(abc.ABC, Generic[E]):
         reached by forwarding is installed (for the trace safety of its writes)."""
         return self is handler
 
+    def forwarded_to(self) -> Handler[Any] | None:
+        """The handler that crosses a traced boundary in this one's place, or None:
+        one whose `export` and `outcome` this handler's are, its static export
+        wrapped in this one's as ``(..., ..., (type, static))`` (an interceptor:
+        the handler it forwards to). The warm path of a compiled call then reads
+        and writes that handler's fields directly."""
+        return None
+
     def forwards_outward(self) -> bool:
         """Whether what this handler forwards goes to the handler installed outside
         it on the stack (an interceptor installed here), rather than to one it

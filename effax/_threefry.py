@@ -48,11 +48,15 @@ def _fused(key: jax.Array, data: jax.Array) -> jax.Array:
     # consumer of the key: at one draw per call, a step whose sampler reads the
     # key in several fusions cost twice the hand-written step's dispatch without
     # it (21.9 against 10.5 us on a 2-core Xeon, benchmarks case 1).
-    folded = lax.optimization_barrier(_hash(bits[..., 0], bits[..., 1], data))
+    folded: jax.Array = _barrier(_hash(bits[..., 0], bits[..., 1], data))
     if typed:
         wrapped: jax.Array = jax.random.wrap_key_data(folded, impl=jax.random.key_impl(key))
         return wrapped
     return folded
+
+
+# (untyped in some JAX versions)
+_barrier: Any = lax.optimization_barrier
 
 
 def _is_threefry(key: jax.Array) -> bool:

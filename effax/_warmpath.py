@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEAD",
+    "delegate",
     "Form",
     "Template",
     "entry_form",
@@ -83,6 +84,7 @@ __all__ = [
     "general_template",
     "make_function",
     "template",
+    "warm_key_of",
 ]
 
 # The environment's head, in order; the handlers and the template's constants follow.
@@ -251,6 +253,24 @@ def _name(attribute: str | None) -> str | None:
     return attribute
 
 
+def delegate(handler: Handler[Any], static: Hashable = None) -> tuple[Handler[Any], Hashable]:
+    """The handler the warm path reads and writes for `handler`, and its static
+    export where `static` is `handler`'s: `handler` itself, or, through each
+    `Handler.forwarded_to` (an interceptor), the handler it forwards to (under one
+    stack, the same one every call)."""
+    while (inner := handler.forwarded_to()) is not None:
+        wrapped = static[2] if isinstance(static, tuple) else None
+        handler, static = inner, None if wrapped is None else wrapped[1]
+    return handler, static
+
+
+def warm_key_of(handler: Handler[Any]) -> Hashable:
+    """What the warm path's code depends on of `handler`: its fields (or, for one
+    that forwards, its delegate's class and fields)."""
+    target, _ = delegate(handler)
+    return handler.fields if target is handler else (type(target), target.fields)
+
+
 def _inline_fields(cls: type[Handler[Any]], fields: Fields | None, method: str) -> Fields | None:
     """The fields of a handler of class `cls`, if the class uses `Handler`'s
     derived `method` and every field can be written into code."""
@@ -277,17 +297,23 @@ class _Code:
         return name
 
 
-def _reads(code: _Code, plan: Plan) -> tuple[list[str], list[str], list[str]]:
-    """How the warm path reads each plumbed handler: statements, the checks of
-    the static exports (compared by identity first, as a static export rarely
-    changes, then as jax.jit compares static arguments: same type and equal), and
-    the input expressions in the plan's order."""
+def _reads(
+    code: _Code, plan: Plan, handlers: Sequence[Handler[Any]]
+) -> tuple[list[str], list[str], list[str]]:
+    """How the warm path reads each plumbed handler (its `delegate`): statements,
+    the checks of the static exports (compared by identity first, as a static
+    export rarely changes, then as jax.jit compares static arguments: same type
+    and equal), and the input expressions in the plan's order."""
     body: list[str] = []
     checks: list[str] = []
     inputs: list[str] = []
-    for i, slot in enumerate(plan.slots):
+    for i, (slot, handler) in enumerate(zip(plan.slots, handlers, strict=True)):
         h = f"_fxh{i}"
-        f = _inline_fields(slot.cls, slot.fields, "export")
+        target, value = delegate(handler, slot.static)
+        direct = target is handler
+        f = _inline_fields(slot.cls, slot.fields, "export") if direct else None
+        if not direct:
+            f = _inline_fields(type(target), target.fields, "export")
         static_expr: str | None
         if f is None:
             body.append(f"_fxe{i} = {h}.export()")
@@ -295,9 +321,11 @@ def _reads(code: _Code, plan: Plan) -> tuple[list[str], list[str], list[str]]:
             inputs += [f"_fxe{i}[1]"] * slot.has_const + [f"_fxe{i}[2]"] * slot.has_carry
         else:
             static_expr = None if f.static is None else f"{h}.{f.static}"
-            inputs += [f"{h}.{name}" for name in (f.const, f.carry) if name is not None]
+            if direct:
+                inputs += [f"{h}.{name}" for name in (f.const, f.carry) if name is not None]
+            else:  # the slot of a forwarding handler passes both parts
+                inputs += ["None" if name is None else f"{h}.{name}" for name in (f.const, f.carry)]
         if static_expr is not None:
-            value = slot.static
             s, t = code.constant(value, f"_fxS{i}"), code.constant(type(value), f"_fxT{i}")
             body.append(f"_fxv{i} = {static_expr}")
             v = f"_fxv{i}"
@@ -324,7 +352,8 @@ def _writes(
             carry, n_parts = f"_fxc{n_parts}", n_parts + 1
         if has_values:
             values, n_parts = f"_fxc{n_parts}", n_parts + 1
-        f = _inline_fields(type(handler), handler.fields, "absorb")
+        target, _ = delegate(handler)
+        f = _inline_fields(type(target), target.fields, "absorb")
         if f is None:
             if static is not None or has_carry or has_values:
                 t = code.constant(static, f"_fxO{i}")
@@ -380,7 +409,7 @@ def template(
     scalars). Run it in an `environment`.
     """
     code = _Code()
-    body, checks, inputs = _reads(code, plan)
+    body, checks, inputs = _reads(code, plan, handlers)
     if box is not None and inputs:
         boxed = code.constant(box, "_fxbox")
         inputs = [f"{boxed}({x})" for x in inputs]
@@ -426,4 +455,5 @@ def environment(code: Template, handlers: Sequence[Handler[Any]], **head: Any) -
     """The environment `code` runs with: its token, then the rest of `HEAD` (given
     by name), the handlers and the template's constants."""
     head["token"] = code.token
-    return (*(head[name] for name in HEAD), *handlers, *code.constants)
+    targets = [delegate(h)[0] for h in handlers]
+    return (*(head[name] for name in HEAD), *targets, *code.constants)

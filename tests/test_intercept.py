@@ -528,3 +528,50 @@ def test_intercepting_a_user_defined_effect(wrapper):
     assert_bitwise_equal(ours.total, theirs.total)
     with pytest.raises(fx.EffectUsageError, match="no operation 'sub'"):
         fx.intercept(meter, sub=lambda outer, a: None)
+
+
+# --- the warm path: an interceptor's calls read and write the handler it forwards to
+
+
+def test_warm_calls_under_an_interceptor_take_the_fast_path(monkeypatch):
+    from effax import _callpath
+
+    general = [0]
+    original = _callpath.Handled.call
+
+    def counted(self, args, kwargs):
+        general[0] += 1
+        return original(self, args, kwargs)
+
+    monkeypatch.setattr(_callpath.Handled, "call", counted)
+    compiled = fx.jit(mixed_precision)
+    with fx.handlers(*cells()) as hs, MIXED, COUNTED:
+        ours = [compiled(F32(i)) for i in range(4)] + [compiled(keys_counted(F32(1)))]
+    assert general[0] == 1  # the first call; the others ran the generated code
+    with fx.handlers(*cells()) as theirs, MIXED, COUNTED:
+        expected = [mixed_precision(F32(i)) for i in range(4)] + [
+            mixed_precision(keys_counted(F32(1)))
+        ]
+    assert_transparent(
+        (ours, hs[params], hs[draws]), (expected, theirs[params], theirs[draws]), rtol=1e-2
+    )
+
+
+def test_a_static_value_that_changes_under_an_interceptor_is_seen():
+    mode = fx.Ask[str]("mode", static=True)
+    traces = []
+
+    def fn(x):
+        traces.append(mode.ask())
+        return x * 2 if mode.ask() == "double!" else x
+
+    compiled = fx.jit(fn)
+    provider = mode.provide("double")
+    shout = fx.intercept(mode, ask=lambda outer: outer.ask() + "!")
+    with provider, shout:
+        assert [float(compiled(1.0)) for _ in range(3)] == [2.0] * 3
+        provider.provided = "same"  # under a live warm path
+        assert [float(compiled(1.0)) for _ in range(3)] == [1.0] * 3
+        provider.provided = "double"
+        assert float(compiled(1.0)) == 2.0
+    assert traces == ["double!", "same!"]
