@@ -340,6 +340,10 @@ class Analysis:
         """The effect a handler expression handles, or None where it is not known."""
         if depth > 20:
             return None
+        if isinstance(expr, CallExpr) and effax_name(callee_fullname(expr.callee)) == "intercept":
+            return frozenset()  # an interceptor forwards: it handles nothing by itself
+        if isinstance(expr, RefExpr) and self.intercepts(expr):
+            return frozenset()
         if isinstance(expr, CallExpr) and isinstance(expr.callee, MemberExpr):
             name, receiver = expr.callee.name, expr.callee.expr
             info = self.instance_class(receiver)
@@ -354,6 +358,11 @@ class Analysis:
             value = self.value_of(expr)
             return self.discharged(value, depth + 1) if value is not None else None
         return None
+
+    def intercepts(self, expr: Expression) -> bool:
+        """Whether `expr` holds an `effax.Interceptor` (by its type)."""
+        info = self.instance_class(expr)
+        return info is not None and effax_name(info.fullname) == "Interceptor"
 
     def installed(self, expr: Expression, depth: int = 0) -> Row | None:
         """What a `with` item handles: a set of effects, or None for 'maybe anything'."""

@@ -43,7 +43,8 @@ What the plugin understands, and where it stays silent rather than guess:
   it is called or handed to an effax control-flow wrapper, and a ``lambda`` written
   as an argument where it is passed. Functions kept in containers are not tracked.
 - Handlers are recognised in ``with`` statements: ``X.provide(...)``, ``X.init(...)``,
-  ``X.seed(...)``, ``X.collect()``, ``effax.handlers(...)`` and variables holding them.
+  ``X.seed(...)``, ``X.collect()``, ``effax.handlers(...)`` and variables holding them;
+  an interceptor (``effax.intercept(...)``) handles nothing by itself (it forwards).
   Any other context manager from user code may install handlers, so nothing under
   it is reported; those of the standard library, JAX, NumPy and pytest install none.
   A call to ``enter_context(...)`` or ``__enter__()`` silences the rest of its block.
