@@ -575,3 +575,24 @@ def test_a_static_value_that_changes_under_an_interceptor_is_seen():
         provider.provided = "double"
         assert float(compiled(1.0)) == 2.0
     assert traces == ["double!", "same!"]
+
+
+def test_a_compiled_write_through_an_interceptor_inside_raw_grad_is_refused():
+    """The interceptor lives under the raw jax.grad, the cell it forwards to
+    outside it: a compiled call's outcome would leave a grad tracer in the cell."""
+
+    def f(x):
+        params.set({"w": x + jnp.zeros(3), "b": x})
+        return x
+
+    compiled = fx.jit(f)
+    with params.init({"w": jnp.ones(3), "b": F32(0)}) as cell:
+
+        def g(x):
+            with MIXED:
+                return compiled(x)
+
+        with pytest.raises(fx.EffectLeakError, match="params"):
+            jax.grad(g)(F32(1))
+        assert_bitwise_equal(cell.value, {"w": jnp.ones(3), "b": F32(0)})
+        jax.grad(lambda x: g(jax.lax.stop_gradient(x)) * 0 + x)(F32(1))  # no tracer: fine
