@@ -70,7 +70,7 @@ class Effect(Generic[H]):
     # How a handler of this kind of effect is made, for messages; `{name}` is the
     # effect's name (e.g. "{name}.init(value)").
     handler_hint: ClassVar[str] = "a handler"
-    # The names of the effect's operations: the handler methods its performs call,
+    # The names of the effect's operations: the handler methods its operations call,
     # which `effax.intercept` may answer (None: any name, for effects that do not
     # say). `derived_operations` are answered, by an interceptor that does not
     # answer them itself, in terms of the others: ``fn(interceptor, *args)``.

@@ -596,3 +596,23 @@ def test_a_compiled_write_through_an_interceptor_inside_raw_grad_is_refused():
             jax.grad(g)(F32(1))
         assert_bitwise_equal(cell.value, {"w": jnp.ones(3), "b": F32(0)})
         jax.grad(lambda x: g(jax.lax.stop_gradient(x)) * 0 + x)(F32(1))  # no tracer: fine
+
+
+class Clipped(fx.Interceptor):
+    """A forwarding handler of one's own: a subclass with the operation as a method."""
+
+    def add(self, amount):
+        self.outer().add(jnp.minimum(amount, 1.0))
+
+
+@pytest.mark.parametrize("wrapper", ["eager", "jit", "jit of jit", "scan", "cond", "grad"])
+def test_a_subclass_of_interceptor_forwards_across_regions(wrapper):
+    def f(x):
+        meter.add(x)
+        return x
+
+    with Gauge(meter) as ours, Clipped(meter, ()):
+        WRAPPERS[wrapper](f)(F32(1.5))
+    with Gauge(meter) as theirs:
+        WRAPPERS[wrapper](lambda x: f(jnp.minimum(x, 1.0)))(F32(1.5))
+    assert_bitwise_equal(ours.total, theirs.total)
