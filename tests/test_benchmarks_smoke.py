@@ -61,11 +61,13 @@ def check_rows(rows, cases):
 @pytest.mark.uses_jit_cache  # compiles the step per contender, with 100 States
 def test_bench_dispatch_quick(benchmarks_on_path):
     results = load("bench_dispatch").main(["--quick"])
-    check_rows(results["rows"], {"1", "2", "3"})
+    check_rows(results["rows"], {"1", "2", "3", "11"})
     contenders = {r["contender"] for r in results["rows"]}
-    # 1: around, cells; 2: 100 States, 1 State; 3: +100 handlers, `with` per call
-    assert len(contenders) == 6
+    # 1: around, cells; 2: 100 States, 1 State; 3: +100 handlers, `with` per call;
+    # 11: one interceptor
+    assert len(contenders) == 7
     assert all(results["agreement"].values()), results["agreement"]
+    assert "effax.handle(jit), handlers around + 1 interceptor" in results["agreement"]
     assert not any(results["retraces_while_timing"].values()), results["retraces_while_timing"]
 
 
