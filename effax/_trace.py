@@ -251,16 +251,16 @@ def _ancestors(trace: Trace) -> Iterable[Trace]:
         trace = getattr(trace, "parent_trace", None)
 
 
-def foreign_tracers(leaves: Iterable[Any], set_ref: TraceRef) -> bool:
-    """Whether any leaf is a tracer that must not outlive the current call.
-
-    A tracer may be stored in a handler installed under ``set_ref`` only if its
-    trace is that trace or one of its ancestors (then it stays valid for as long
-    as the handler does). Any other tracer, e.g. a ``JVPTracer`` from a raw
-    ``jax.grad`` around the write, would leak out of its transformation.
+def foreign_tracers(leaves: Iterable[Any], set_ref: TraceRef, *, unmapped: bool = False) -> bool:
+    """Whether any leaf is a tracer that must not outlive the current call: one
+    whose trace is not ``set_ref``'s or an ancestor (e.g. a ``JVPTracer`` of a raw
+    ``jax.grad`` around a write would leak out of its transformation). With
+    `unmapped`, a vmap's tracer that does not map its value counts as the value.
     """
     allowed: set[int] | None = None
     for leaf in leaves:
+        while unmapped and isinstance(leaf, _batching.BatchTracer) and leaf.batch_dim is None:
+            leaf = leaf.val
         if isinstance(leaf, _Tracer):
             if allowed is None:
                 owner = set_ref()

@@ -172,7 +172,8 @@ def _batched(
                 region.plan.effects, outcomes, region.carry_axes, strict=True
             ):
                 leaves = jax.tree.leaves(outcome.carry)
-                if axis is None and _trace.foreign_tracers(leaves, call_ref):
+                # (a tracer of this vmap that it does not map is the same everywhere)
+                if axis is None and _trace.foreign_tracers(leaves, call_ref, unmapped=True):
                     raise EffectLeakError(
                         f"{effect!r} was updated with a value that differs across the batch "
                         f"of {wrapper_name}, but its policy shares one value across the "

@@ -9,7 +9,9 @@ Programs. A seeded generator (`random.Random`, one seed per program, so every CI
 checks the same programs) builds nestings, up to `MAX_DEPTH` = 4 wrappers deep, of
 `fx.jit`, `fx.checkpoint`, `fx.scan`, `fx.fori_loop` (Python-int bounds and traced
 bounds), `fx.while_loop` (trip count from the input), `fx.cond`, `fx.switch`,
-`fx.vmap` (keys="split" and "shared"), `fx.grad`, `fx.value_and_grad` and `fx.map`,
+`fx.vmap` (keys="split" and "shared"), `fx.grad`, `fx.value_and_grad`, `fx.map`
+and interceptor regions (`fx.intercept` of the Ask, a State, the key stream and the
+Emit around a body, at three levels that nest; the reference applies them by hand),
 over bodies of leaf operations that map a float32 scalar `acc` to a new one: read
 a traced Ask (`A`) and a static one (`STATIC`, used in Python `if`), read and
 update two States (`S1` float32, `S2` uint32[2] xor-accumulating key bits), draw
@@ -105,6 +107,26 @@ F32 = jnp.float32
 COEFFICIENTS = (0.5, -1.0, 1.5)
 
 
+def interceptors(n):
+    """The interceptors (issue 25) of level `n` of A, S1, K and E; a program's
+    ("intercept", n, body) installs them around its body. Nested regions take
+    other levels (one interceptor object is installed once per chain)."""
+    return (
+        fx.intercept(A, ask=lambda outer: outer.ask() * 2 + n),
+        fx.intercept(
+            S1,
+            get=lambda outer: outer.get() + 0.25 * (n + 1),
+            set=lambda outer, v: outer.set(v * 0.5 - n),
+        ),
+        fx.intercept(K, next_key=lambda outer: jax.random.fold_in(outer.next_key(), n + 3)),
+        fx.intercept(E, emit=lambda outer, v: outer.emit(v * 3 + n)),
+    )
+
+
+LEVELS = 3
+INTERCEPTORS = [interceptors(n) for n in range(LEVELS)]
+
+
 # --- programs -----------------------------------------------------------------------
 # An op is a tuple: a leaf ("ask",), ("static",), ("get",), ("set", c), ("modify", c),
 # ("uniform",), ("bits_state",), ("bits_emit",), ("emit",), or a wrapper:
@@ -112,10 +134,11 @@ COEFFICIENTS = (0.5, -1.0, 1.5)
 # ("scan", n, body), ("fori", n, body), ("map", n, body),
 # ("fori_traced", (n_pos, n_neg), body), ("while", (n_pos, n_neg), body),
 # ("cond", source, body_true, body_false), ("switch", source, (body, ...)),
-# ("vmap", keys, size, body); a body is a tuple of ops; source is "acc" or "x0".
+# ("vmap", keys, size, body), ("intercept", level, body); a body is a tuple of ops;
+# source is "acc" or "x0".
 
 WRAPPERS = ("jit", "checkpoint", "grad", "value_and_grad", "scan", "fori", "map",
-            "fori_traced", "while", "cond", "switch", "vmap")  # fmt: skip
+            "fori_traced", "while", "cond", "switch", "vmap", "intercept")  # fmt: skip
 BODIES = {"cond": (2, 3), "switch": (3, None)}  # ops holding several bodies
 
 
@@ -129,6 +152,7 @@ class Context:
     keys_batched: bool = False  # some enclosing vmap splits keys
     inner_keys: str | None = None  # the key policy of the innermost vmap
     batched_pred: bool = False  # under a cond/switch whose predicate is batched
+    levels: tuple[int, ...] = ()  # the interceptor levels installed around it
 
 
 def bodies_of(op):
@@ -169,6 +193,8 @@ def emit_signature(ops):
             out += emit_signature(bodies_of(op)[0])
         elif kind in ("jit", "checkpoint", "grad", "value_and_grad"):
             out += emit_signature(op[1])
+        elif kind == "intercept":
+            out += emit_signature(op[2])
     return out
 
 
@@ -192,6 +218,8 @@ def draws(ops):
             n = 1 if op[1] == "split" else draws(op[3])
         elif kind in ("jit", "checkpoint", "grad", "value_and_grad"):
             n = draws(op[1])
+        elif kind == "intercept":
+            n = draws(op[2])
         else:
             n = 0
         if n is None:
@@ -248,6 +276,16 @@ class Generator:
         d = depth + 1
         if kind in ("jit", "checkpoint"):
             return (kind, self.body(ctx, d))
+        if kind == "intercept":
+            free = [n for n in range(LEVELS) if n not in ctx.levels]
+            if not free:
+                return self.leaf(ctx)
+            level = rng.choice(free)
+            return (
+                kind,
+                level,
+                self.body(dataclasses.replace(ctx, levels=(*ctx.levels, level)), d),
+            )
         if kind in ("grad", "value_and_grad"):
             return (kind, self.body(dataclasses.replace(ctx, under_grad=True), d))
         if kind in ("scan", "fori"):
@@ -336,6 +374,8 @@ def show(ops):
             parts.append(f"switch({op[1]})[{' | '.join(show(b) for b in op[2])}]")
         elif kind == "vmap":
             parts.append(f"vmap({op[1]},{op[2]})[{show(op[3])}]")
+        elif kind == "intercept":
+            parts.append(f"intercept{op[1]}[{show(op[2])}]")
         else:
             parts.append(kind)
     return ", ".join(parts)
@@ -475,6 +515,14 @@ def build_op(op):
             return fx.switch(index, branches, acc, x0)
 
         return switch
+    if kind == "intercept":
+        around, body = INTERCEPTORS[op[1]], build(op[2])
+
+        def intercepted(acc, x0):
+            with fx.handlers(*around):
+                return body(acc, x0)
+
+        return intercepted
     if kind == "vmap":
         keys, size = op[1], op[2]
         batched = fx.vmap(build(op[3]), in_axes=(0, None), keys=keys)
@@ -502,13 +550,43 @@ class Env:
     base: jax.Array
     counter: int
     emits: list
+    levels: tuple[int, ...] = ()  # the interceptor levels installed, outermost first
 
     def copy(self, **changes):
         return dataclasses.replace(self, **{"emits": [], **changes})
 
-    def draw(self):
+    # The operations through the interceptors: the innermost sees an operation
+    # first; what it forwards (a read's value, a key) comes back through the
+    # outer ones first.
+    def ask(self):
+        value = self.a
+        for n in self.levels:
+            value = value * 2 + n
+        return value
+
+    def get(self):
+        value = self.s1
+        for n in self.levels:
+            value = value + 0.25 * (n + 1)
+        return value
+
+    def set(self, value):
+        for n in reversed(self.levels):
+            value = value * 0.5 - n
+        self.s1 = value
+
+    def emit(self, value):
+        for n in reversed(self.levels):
+            value = value * 3 + n
+        self.emits.append(value)
+
+    def draw(self, *, raw=False):
+        """The next key; `raw`: the stream's own (a vmap's split key, which the
+        stream draws itself, not through its interceptors)."""
         key = jax.random.fold_in(self.base, self.counter)
         self.counter += 1
+        for n in () if raw else self.levels:
+            key = jax.random.fold_in(key, n + 3)
         return key
 
 
@@ -551,17 +629,17 @@ def reference_loop(body, acc, x0, env, n, shift):
 def reference_op(op, acc, x0, env):
     kind = op[0]
     if kind == "ask":
-        return acc * env.a + 0.25
+        return acc * env.ask() + 0.25
     if kind == "static":
         acc = acc + 0.125 * env.static
         return -acc if env.static > 1 else acc
     if kind == "get":
-        return jnp.sin(acc) + env.s1
+        return jnp.sin(acc) + env.get()
     if kind == "set":
-        env.s1 = acc * op[1]
+        env.set(acc * op[1])
         return acc
-    if kind == "modify":
-        env.s1 = 0.5 * env.s1 + op[1]
+    if kind == "modify":  # through interceptors: their get, then their set
+        env.set(0.5 * env.get() + op[1])
         return acc
     if kind == "uniform":
         return acc + jax.random.uniform(env.draw())
@@ -569,11 +647,18 @@ def reference_op(op, acc, x0, env):
         env.s2 = env.s2 ^ jax.random.key_data(env.draw())
         return acc
     if kind == "bits_emit":
-        env.emits.append(jax.random.key_data(env.draw()))
+        env.emit(jax.random.key_data(env.draw()))
         return acc
     if kind == "emit":
-        env.emits.append(acc)
+        env.emit(acc)
         return acc
+    if kind == "intercept":
+        outer = env.levels
+        env.levels = (*outer, op[1])
+        try:
+            return reference(op[2], acc, x0, env)
+        finally:
+            env.levels = outer
     if kind in ("jit", "checkpoint"):
         return reference(op[1], acc, x0, env)
     if kind in ("grad", "value_and_grad"):
@@ -620,7 +705,7 @@ def reference_op(op, acc, x0, env):
         limit = pos if x0 > 0 else neg
         i = 0
         before = len(env.emits)
-        while float(i) + 0.1 * float(env.a) < limit:
+        while float(i) + 0.1 * float(env.ask()) < limit:
             acc = reference(body, acc, x0, env)
             i += 1
         if len(env.emits) != before:
@@ -648,7 +733,7 @@ def reference_op(op, acc, x0, env):
     if kind == "vmap":
         keys, size, body = op[1], op[2], op[3]
         xs = acc + 0.5 * jnp.arange(size, dtype=F32)
-        split = env.draw() if keys == "split" else None
+        split = env.draw(raw=True) if keys == "split" else None
         elements = []
         ys = []
         for b in range(size):

@@ -365,3 +365,26 @@ def test_a_state_only_read_in_one_branch_of_a_batched_cond_stays_shared(inner, o
     steps = 2 if "scan" in inner or "while" in inner else 1
     np.testing.assert_array_equal(out, jnp.where(xs > 0, xs + steps, xs * 2.0))
     assert state.value is not None and float(state.value) == 1.0
+
+
+def test_a_shared_state_written_unbatched_under_vmap_of_grad_of_checkpoint_of_scan():
+    """Found by the composition fuzzer (vmap[grad[checkpoint[scan[modify]]]]): JAX
+    hands back the state as a tracer of the vmap that does not map it, which is
+    one value for the whole batch, not a batched write (was EffectLeakError)."""
+    total = fx.State[jax.Array]("total")
+
+    def body(acc, bump):
+        def step(c, _):
+            total.modify(lambda s: 0.5 * s + bump(c))
+            return c, None
+
+        f = fx.checkpoint(lambda a: fx.scan(step, a, None, length=1)[0])
+        return acc + fx.grad(f)(acc)
+
+    with total.init(jnp.float32(1.0)) as cell:
+        out = fx.vmap(lambda a: body(a, lambda c: 1.0))(jnp.arange(2.0))
+    np.testing.assert_array_equal(out, [1.0, 2.0])
+    assert float(cell.value) == 1.5
+    with total.init(jnp.float32(1.0)) as cell, pytest.raises(fx.EffectLeakError, match="differs"):
+        fx.vmap(lambda a: body(a, lambda c: jax.lax.stop_gradient(c)))(jnp.arange(2.0))
+    assert float(cell.value) == 1.0
