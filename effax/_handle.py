@@ -20,6 +20,7 @@ from ._arguments import check_callable
 from ._callpath import Handled
 from ._effect import declare_row, declared_row
 from ._errors import EffectTypeError, EffectUsageError
+from ._intercept import Interceptor
 from ._plumb import Transform, normalize_transform
 from ._program import LOCK, Function
 from ._protocol import Handler
@@ -188,6 +189,7 @@ def handle(
                 "effax.handle(fn, *handlers) takes handlers (e.g. `steps.init(0)`), but "
                 f"got {type(handler).__name__}: {handler!r}."
             )
+    handlers = _chained(handlers)
     if not isinstance(donate_state, bool):
         raise EffectTypeError(
             f"effax.handle(..., donate_state=...) takes True or False, but got "
@@ -224,6 +226,25 @@ def handle(
         own = {h.effect for h in handlers}
         declare_row(entry, tuple(e for e in declared if e not in own))
     return cast("Compiled[P, R]", entry) if function is not None else cast("Callable[P, R]", entry)
+
+
+def _chained(handlers: tuple[Handler[Any], ...]) -> tuple[Handler[Any], ...]:
+    """`handle`'s handlers with one per effect: an interceptor given after the
+    handler of its effect is bound to forward to it (`Interceptor.over`), as
+    ``effax.handlers`` nests them; two handlers of one effect otherwise raise."""
+    chained: dict[Any, Handler[Any]] = {}
+    for handler in handlers:
+        before = chained.get(handler.effect)
+        if before is not None:
+            if not isinstance(handler, Interceptor):
+                raise EffectUsageError(
+                    f"effax.handle(fn, ...) got two handlers of {handler.effect!r}; only an "
+                    "interceptor (effax.intercept) may follow the handler of its effect it "
+                    "forwards to."
+                )
+            handler = handler.over(before)
+        chained[handler.effect] = handler
+    return tuple(chained.values())
 
 
 class _Attributes(dict[str, Any]):

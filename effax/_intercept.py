@@ -101,6 +101,12 @@ class Interceptor(Handler[E]):
         outer = self._outer
         return isinstance(outer, Handler) and outer.reaches(handler)
 
+    def over(self, handler: Handler[Any]) -> Interceptor[E]:
+        """This interceptor, forwarding to `handler` wherever it is installed (not to
+        the handler outside it): how ``effax.handle(fn, cell, interceptor)`` chains
+        the handlers it is given."""
+        return type(self)(self.effect, self.operations, handler)
+
     def forwards_outward(self) -> bool:
         return self._outer is _NO_OUTER
 

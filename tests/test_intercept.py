@@ -616,3 +616,24 @@ def test_a_subclass_of_interceptor_forwards_across_regions(wrapper):
     with Gauge(meter) as theirs:
         WRAPPERS[wrapper](lambda x: f(jnp.minimum(x, 1.0)))(F32(1.5))
     assert_bitwise_equal(ours.total, theirs.total)
+
+
+# --- interceptors among effax.handle's own handlers ------------------------------------
+
+
+@pytest.mark.parametrize("transform", [None, jax.jit], ids=["eager", "jit"])
+def test_handle_chains_an_interceptor_after_the_handler_it_forwards_to(transform):
+    def f(x):
+        loss.emit(x)
+        return temperature.ask() * x
+
+    collector = loss.collect()
+    g = fx.handle(f, collector, HALF, temperature.provide(F32(3)), HOTTER, transform=transform)
+    assert float(g(F32(4))) == 24.0
+    assert float(g(F32(2))) == 12.0
+    assert [float(v) for v in collector.values] == [2.0, 1.0]
+    with loss.collect() as outside:  # an own interceptor alone forwards to the caller's
+        fx.handle(f, HALF, temperature.provide(F32(1)), transform=transform)(F32(4))
+    assert [float(v) for v in outside.values] == [2.0]
+    with pytest.raises(fx.EffectUsageError, match="two handlers"):
+        fx.handle(f, loss.collect(), loss.collect())
