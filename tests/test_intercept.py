@@ -637,3 +637,66 @@ def test_handle_chains_an_interceptor_after_the_handler_it_forwards_to(transform
     assert [float(v) for v in outside.values] == [2.0]
     with pytest.raises(fx.EffectUsageError, match="two handlers"):
         fx.handle(f, loss.collect(), loss.collect())
+
+
+# --- what a careless or clever user tries -----------------------------------------------
+
+
+def test_interceptors_in_threads_and_asyncio_tasks_stay_in_their_own_chains():
+    import asyncio
+    import threading
+
+    f = fx.jit(lambda x: (loss.emit(x), x)[1])
+    results = {}
+
+    def worker(i):
+        with loss.collect() as c, HALF:
+            for _ in range(10):
+                f(F32(i))
+        results[i] = [float(v) for v in c.values]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {i: [0.5 * i] * 10 for i in range(4)}
+
+    async def task(i):
+        with loss.collect() as c, HALF:
+            for _ in range(3):
+                f(F32(i))
+                await asyncio.sleep(0)
+        return [float(v) for v in c.values]
+
+    async def main():
+        return await asyncio.gather(*(task(i) for i in range(3)))
+
+    assert asyncio.run(main()) == [[0.5 * i] * 3 for i in range(3)]
+
+
+def test_an_interceptor_over_a_state_holding_none_and_an_optional_ask():
+    maybe = fx.State[jax.Array | None]("maybe")
+    shifted = fx.intercept(
+        maybe, get=lambda outer: None if outer.get() is None else outer.get() + 1
+    )
+    read = fx.jit(lambda: maybe.get())
+    with maybe.init(None), shifted:
+        assert read() is None and maybe.get() is None
+    with maybe.init(F32(1)), shifted:
+        assert float(read()) == 2.0
+
+    optional = fx.Ask[jax.Array]("optional")
+    doubled = fx.intercept(optional, ask=lambda outer: outer.ask() * 2)
+
+    def h():
+        try:
+            return optional.ask()
+        except fx.UnhandledEffectError:  # the interceptor has nothing to forward to
+            return F32(-1)
+
+    compiled = fx.jit(h)
+    with doubled:
+        assert float(h()) == float(compiled()) == -1.0
+    with optional.provide(F32(3)), doubled:  # now it has: the compiled call retraces
+        assert float(h()) == float(compiled()) == 6.0
