@@ -46,7 +46,9 @@ class Interceptor(Handler[E]):
     rebuilt together with the handler it forwards to, which it then reaches
     directly; outside, `outer()` finds that handler on the installed stack. An
     interceptor has no state of its own: `value` (what ``hs[effect]`` shows) is
-    that of the handler it forwards to, and snapshots leave it out.
+    that of the handler it forwards to, and snapshots leave it out. A forwarding
+    handler of your own subclasses it and defines the operations it answers as
+    methods (``def emit(self, v): self.outer().emit(2 * v)``).
 
     **Example:** nested interceptors of one `Emit`; the innermost sees the value first.
 
@@ -71,8 +73,9 @@ class Interceptor(Handler[E]):
         self.effect = effect
         self.operations = operations
         self._ops = dict(operations)
-        # Rebuilt inside a traced region: the handler it forwards to, rebuilt with
-        # it (None: there was none outside); `_NO_OUTER` outside any region.
+        # The handler it forwards to when it holds it itself: rebuilt with it inside
+        # a traced region (None: there was none outside), or bound by `over`;
+        # `_NO_OUTER`: the one outside it on the stack.
         self._outer = outer
 
     def __repr__(self) -> str:
