@@ -415,21 +415,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
 
     # case 11: one interceptor, against its hand-written program
-    rows.append(
-        h.row(
-            "11",
-            INTERCEPTED,
-            h.median(samples[INTERCEPTED]),
-            unit="us/call",
-            baseline=HAND_HOTTER,
-            baseline_value=h.median(samples[HAND_HOTTER]),
-            ratio=h.paired_ratio(samples[INTERCEPTED], samples[HAND_HOTTER]),
-            target=1.05,
-            notes=(
-                f"traces: {intercepted_traces.count}; vs {AROUND} (the same step without "
-                f"it): {h.paired_ratio(samples[INTERCEPTED], samples[AROUND]):.3f}"
-            ),
-        )
+    rows += h.compared_rows(
+        "11",
+        {k: samples[k] for k in (HAND_HOTTER, INTERCEPTED)},
+        HAND_HOTTER,
+        targets={INTERCEPTED: 1.05},
+        notes={
+            INTERCEPTED: f"traces: {intercepted_traces.count}; vs {AROUND} (the same step "
+            f"without it): {h.paired_ratio(samples[INTERCEPTED], samples[AROUND]):.3f}"
+        },
     )
 
     # case 2

@@ -152,9 +152,7 @@ class Effect(Generic[H]):
         """`handler()`, refusing `value` if it holds a tracer that would outlive its
         transformation once stored in the handler (raises `EffectLeakError`)."""
         handler = self.handler()
-        ref = _context.current_stack()[self][1]
-        if ref is not _trace.current_trace_ref():
-            check_write(self, value, ref)
+        self.check_store(handler, value)
         return handler
 
     def outer_of(self, handler: Handler[Any]) -> Handler[Any]:
