@@ -47,6 +47,14 @@ from ._snapshot import (
     snapshot as snapshot,
 )
 from ._state import State as State, StateCell as StateCell
+from ._tap import (
+    GradientRecorder as GradientRecorder,
+    Ignorer as Ignorer,
+    Recorder as Recorder,
+    Replacer as Replacer,
+    Tap as Tap,
+    TapHandler as TapHandler,
+)
 from ._transforms import (
     checkpoint as checkpoint,
     grad as grad,
@@ -75,10 +83,12 @@ __all__ = [
     "Fields",
     "fori_loop",
     "grad",
+    "GradientRecorder",
     "handle",
     "Handler",
     "Handlers",
     "handlers",
+    "Ignorer",
     "intercept",
     "Interceptor",
     "jit",
@@ -91,6 +101,8 @@ __all__ = [
     "Provider",
     "random",
     "RandomKey",
+    "Recorder",
+    "Replacer",
     "restore",
     "rng",
     "scan",
@@ -100,6 +112,8 @@ __all__ = [
     "StateCell",
     "StateTypeError",
     "switch",
+    "Tap",
+    "TapHandler",
     "UndeclaredEffectError",
     "UnhandledEffectError",
     "uses",

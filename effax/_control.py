@@ -269,44 +269,76 @@ def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands
     region = Region(branches, name=f"effax.{kind}")
     statics: list[list[Any]] = [[] for _ in branches]
     structures: list[Any] = [None for _ in branches]
+    # The branches' static outcomes, once a first attempt traced them all and some
+    # handler lays out its outcome alike in every branch from them (a recorder of
+    # taps: the sites of every branch, masked): `Handler.align_branch`.
+    layout: list[list[Any]] | None = None
 
     def make(i: int, branch: Callable[..., R]) -> Callable[..., Any]:
         def run_branch(handler_carries: Any, *ops: Any) -> Any:
             out, outcomes = region.run(branch, handler_carries, ops)
             statics[i] = [o.static for o in outcomes]
+            if layout is not None:
+                outcomes = [
+                    handler.align_branch(o, per_branch) if aligns else o
+                    for handler, o, per_branch, aligns in zip(
+                        region.handlers, outcomes, zip(*layout, strict=True), aligning, strict=True
+                    )
+                ]
+                statics[i] = [o.static for o in outcomes]
             values = [o.values for o in outcomes]
             structures[i] = [_signature(v) for v in values]
             return out, [o.carry for o in outcomes], values
 
         return run_branch
 
-    wrapped = [make(i, b) for i, b in enumerate(branches)]
-    # Under a vmap with a batched index every branch runs and the results are
-    # selected per element, so every carry comes out batched, also one that all
-    # branches update the same way: compute those outside the selection.
-    shared = (
-        _same_in_every_branch(wrapped, region.carries, operands)
-        if _trace.batched_here(index)
-        else {}
-    )
-    try:
+    aligning = [type(h).overrides("align_branch") for h in region.handlers]
+
+    def attempt() -> Any:
+        # (new functions each attempt: JAX caches traced branches by identity)
+        wrapped = [make(i, b) for i, b in enumerate(branches)]
+        # Under a vmap with a batched index every branch runs and the results are
+        # selected per element, so every carry comes out batched, also one that all
+        # branches update the same way: compute those outside the selection.
+        shared = (
+            _same_in_every_branch(wrapped, region.carries, operands)
+            if _trace.batched_here(index)
+            else {}
+        )
         if kind == "cond":
-            out, carries, values = lax.cond(
-                index, wrapped[0], wrapped[1], region.carries, *operands
-            )
+            result = lax.cond(index, wrapped[0], wrapped[1], region.carries, *operands)
         else:
-            out, carries, values = lax.switch(index, wrapped, region.carries, *operands)
+            result = lax.switch(index, wrapped, region.carries, *operands)
+        return result, shared
+
+    def differ() -> bool:
+        traced = all(len(s) == len(region.handlers) for s in statics)
+        return traced and any(
+            a and any(s[j] != statics[0][j] for s in statics) for j, a in enumerate(aligning)
+        )
+
+    try:
+        (out, carries, values), shared = attempt()
     except TypeError as error:
-        mismatch = _emit_mismatch(region.plan, structures)
-        if mismatch is not None:
-            effect, described = mismatch
-            raise EffectUsageError(
-                f"{effect!r} emitted different numbers or kinds of values in the branches "
-                f"of effax.{kind} ({described}). Every branch must emit the same structure, "
-                "shapes and dtypes (emit a zero placeholder of the same type in the other "
-                "branch, cast with .astype, or collect into a State instead)."
-            ) from error
-        raise
+        if differ():
+            layout = [list(s) for s in statics]
+            (out, carries, values), shared = attempt()
+        else:
+            mismatch = _emit_mismatch(region.plan, structures)
+            if mismatch is not None:
+                effect, described = mismatch
+                raise EffectUsageError(
+                    f"{effect!r} emitted different numbers or kinds of values in the "
+                    f"branches of effax.{kind} ({described}). Every branch must emit the "
+                    "same structure, shapes and dtypes (emit a zero placeholder of the same "
+                    "type in the other branch, cast with .astype, or collect into a State "
+                    "instead)."
+                ) from error
+            raise
+    else:
+        if differ():
+            layout = [list(s) for s in statics]
+            (out, carries, values), shared = attempt()
     if shared:
         leaves, treedef = jax.tree.flatten(carries)
         carries = jax.tree.unflatten(

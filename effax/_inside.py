@@ -38,6 +38,7 @@ def run_inside(
     standins: Sequence[Handler[Any]] = (),
     recorder: set[Effect[Any]] | None = None,
     blocked: Mapping[Effect[Any], Entry] | None = None,
+    before: Callable[[list[Handler[Any]]], None] | None = None,
 ) -> tuple[R, list[Handler[Any]]]:
     """Rebuild the plumbed handlers inside a region, run `fn` under them.
 
@@ -45,12 +46,16 @@ def run_inside(
     (and the `standins`: handlers visible outside but not plumbed, rebuilt from
     their current values so that performing them changes nothing outside) record
     into it which of them were performed; with `recorder`, lookups that find no
-    usable handler are recorded there.
+    usable handler are recorded there; `before`, if given, is called with the
+    inner handlers before `fn` (`effax.grad` prepares the handlers that take part
+    in differentiation).
     """
     token, inner = enter_inside(
         plan, dynamic, track=track, standins=standins, recorder=recorder, blocked=blocked
     )
     try:
+        if before is not None:
+            before(inner)
         out = fn(*args, **kwargs)
     finally:
         _context.pop(token)

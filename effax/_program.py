@@ -233,22 +233,32 @@ def _keep_weak(before: Any, after: Any) -> Any:
     )
 
 
+class _Placed:
+    """Where a committed carry leaf was placed: its sharding and shape (a class of
+    its own, not a tuple, so that a carry holding tuples keeps its structure)."""
+
+    __slots__ = ("shape", "sharding")
+
+    def __init__(self, sharding: Any, shape: Any) -> None:
+        self.sharding, self.shape = sharding, shape
+
+
 def _committed_sharding(x: Any) -> Any:
     """`x`'s sharding if it was placed explicitly (a committed array), else None."""
     if isinstance(x, jax.Array) and not _trace.is_tracer(x) and x.committed:
-        return (x.sharding, x.shape)
+        return _Placed(x.sharding, x.shape)
     return None
 
 
 def _constrain(carry: Any, shardings: Any) -> Any:
     leaves, treedef = jax.tree.flatten(carry)
-    placed = jax.tree.leaves(shardings, is_leaf=lambda s: s is None or isinstance(s, tuple))
+    placed = jax.tree.leaves(shardings, is_leaf=lambda s: s is None or isinstance(s, _Placed))
     if len(placed) != len(leaves):
         return carry
     return jax.tree.unflatten(
         treedef,
         [
-            _place(x, s[0]) if s is not None and x.shape == s[1] else x
+            _place(x, s.sharding) if s is not None and x.shape == s.shape else x
             for x, s in zip(leaves, placed, strict=True)
         ],
     )

@@ -11,7 +11,7 @@ effect works everywhere the built-in ones do.
 from __future__ import annotations
 
 import abc
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NamedTuple, NoReturn, TypeVar
 
 from . import _context, _trace
@@ -311,6 +311,45 @@ class Handler(abc.ABC, Generic[E]):
         splits): then the region counts as performing it. By default, whether the
         class overrides `batch_absorb`."""
         return type(self).overrides("batch_absorb")
+
+    def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
+        """Inside one branch of an `effax.cond` / `effax.switch` whose branches sent
+        out different static outcomes (`statics`, one per branch, None for a branch
+        not traced yet): this branch's `outcome` (from a handler rebuilt from this
+        one) laid out alike in every branch, so the branches' outputs match. Called
+        on the handler outside the cond. By default, unchanged: branches must send
+        out alike values (emit the same structure)."""
+        return outcome
+
+    def differentiates(self) -> bool:
+        """Whether this handler takes part in differentiation when plumbed into
+        `effax.grad` / `effax.value_and_grad`: its rebuilt handler is first run
+        abstractly (`begin_probe`, then `perturbations`: what to differentiate
+        with respect to), then with those inputs (`perturb`); the gradients come
+        back through `with_cotangents`. Default False (a tap's `gradients()`
+        handler says True)."""
+        return False
+
+    def begin_probe(self) -> None:
+        """See `differentiates`: the first, abstract run begins."""
+        raise NotImplementedError
+
+    def perturbations(self) -> tuple[Hashable, tuple[Any, ...]]:
+        """See `differentiates`: after the abstract run, a static `layout` (what
+        the inputs stand for) and the shapes and dtypes (`jax.ShapeDtypeStruct`)
+        of the inputs to differentiate with respect to."""
+        raise NotImplementedError
+
+    def perturb(self, eps: tuple[Any, ...], layout: Hashable) -> None:
+        """See `differentiates`: the differentiated run begins with inputs `eps`."""
+        raise NotImplementedError
+
+    def with_cotangents(
+        self, outcome: Outcome, layout: Hashable, cotangents: tuple[Any, ...]
+    ) -> Outcome:
+        """See `differentiates`: the outcome to absorb, given the gradients with
+        respect to the perturbations (called on the handler outside the call)."""
+        raise NotImplementedError
 
     @property
     def fields(self) -> Fields | None:

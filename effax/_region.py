@@ -96,12 +96,21 @@ class Region:
         *,
         consts: Sequence[Any] | None = None,
         carry_required: bool = True,
+        before: Callable[[list[Handler[Any]]], None] | None = None,
     ) -> tuple[R, list[Outcome]]:
-        """Inside a body: rebuild the handlers from `carries`, run `fn(*args)`."""
+        """Inside a body: rebuild the handlers from `carries`, run `fn(*args)`
+        (calling `before` with the rebuilt handlers first, if given)."""
         consts = self.consts if consts is None else consts
         dynamic = list(zip(consts, carries, strict=True))
         out, inner = run_inside(
-            self.plan, dynamic, fn, args, kwargs or {}, track=self.used, blocked=self.blocked
+            self.plan,
+            dynamic,
+            fn,
+            args,
+            kwargs or {},
+            track=self.used,
+            blocked=self.blocked,
+            before=before,
         )
         outcomes = outcomes_of(
             self.plan, dynamic, inner, carry_required=carry_required, where=self.name

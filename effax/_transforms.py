@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
@@ -22,7 +23,7 @@ from . import _trace
 from ._arguments import check_callable
 from ._errors import EffectLeakError, EffectTypeError, EffectUsageError
 from ._handle import handle
-from ._protocol import BatchPolicy
+from ._protocol import BatchPolicy, Outcome
 from ._region import Region
 
 __all__ = ["checkpoint", "grad", "shard_map", "value_and_grad", "vmap"]
@@ -72,19 +73,77 @@ def value_and_grad(
     @ft.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         region = Region(fun, name="effax.grad")
+        # Handlers that take part in differentiation (a tap's gradients()): what
+        # they perturb is sized by an abstract run, then differentiated as one more
+        # argument (see `Handler.differentiates`).
+        taking = [j for j, h in enumerate(region.handlers) if h.differentiates()]
+        layouts, eps = _perturbations(region, fun, taking, args, kwargs) if taking else ((), ())
+        n = len(args)
+
+        def before(inner_handlers: list[Any], eps: tuple[Any, ...]) -> None:
+            for j, layout, e in zip(taking, layouts, eps, strict=True):
+                inner_handlers[j].perturb(e, layout)
 
         def inner(*args: Any, **kwargs: Any) -> Any:
-            out, outcomes = region.run(fun, region.carries, args, kwargs, carry_required=False)
+            args, perturbations = (args[:n], args[n]) if taking else (args, ())
+            out, outcomes = region.run(
+                fun,
+                region.carries,
+                args,
+                kwargs,
+                carry_required=False,
+                before=ft.partial(before, eps=perturbations) if taking else None,
+            )
             value, aux = out if has_aux else (out, None)
             return value, (aux, region.split(outcomes))
 
+        numbers = argnums if not taking else (*_as_tuple(argnums), n)
         (value, (aux, (carries, values))), grads = jax.value_and_grad(
-            inner, argnums, has_aux=True, holomorphic=holomorphic, allow_int=allow_int
-        )(*args, **kwargs)
+            inner, numbers, has_aux=True, holomorphic=holomorphic, allow_int=allow_int
+        )(*args, *([eps] if taking else []), **kwargs)
+        if taking:
+            grads, cotangents = grads[:-1], grads[-1]
+            grads = grads[0] if isinstance(argnums, int) else grads
+            for j, layout, cotangent in zip(taking, layouts, cotangents, strict=True):
+                got = Outcome(region.statics[j], None, values[j])
+                outcome = region.handlers[j].with_cotangents(got, layout, cotangent)
+                region.statics[j], carries[j], values[j] = outcome.static, None, outcome.values
         region.absorb(carries, values, steps=1)
         return ((value, aux) if has_aux else value), grads
 
     return wrapped
+
+
+def _as_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
+    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+def _perturbations(
+    region: Region, fun: Callable[..., Any], taking: list[int], args: Any, kwargs: Any
+) -> tuple[tuple[Hashable, ...], tuple[Any, ...]]:
+    """For the handlers `taking` part in differentiating `fun`: what each
+    perturbs, found by running `fun` abstractly (its effects change nothing
+    outside), and zeros of those shapes to differentiate with respect to."""
+    found: list[tuple[Hashable, tuple[Any, ...]]] = []
+
+    def begin(inner_handlers: list[Any]) -> None:
+        for j in taking:
+            inner_handlers[j].begin_probe()
+        found.append(tuple(inner_handlers))  # type: ignore[arg-type]
+
+    def probe(*args: Any, **kwargs: Any) -> None:
+        region.run(fun, region.carries, args, kwargs, carry_required=False, before=begin)
+        inner_handlers: Any = found.pop()
+        found.extend(inner_handlers[j].perturbations() for j in taking)
+
+    unchanged = list(region.unchanged)
+    jax.eval_shape(probe, *args, **kwargs)
+    region.unchanged = unchanged
+    layouts = tuple(layout for layout, _ in found)
+    eps = tuple(
+        tuple(jnp.zeros(s.shape, s.dtype) for s in structs) for _, structs in found
+    )
+    return layouts, eps
 
 
 def grad(
