@@ -105,7 +105,7 @@ class Declaration(NamedTuple):
     """A module-level effect declaration, identified by the variable's full name."""
 
     fullname: str
-    kind: str | None  # "Ask", "State", "RandomKey", "Emit", or None for other effects
+    kind: str | None  # one of `KINDS` ("Ask", ...), or None for other effects
     static: bool | None  # for an Ask: its `static=`; None where not known
 
 

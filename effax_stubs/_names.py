@@ -26,6 +26,7 @@ __all__ = [
     "HANDLER_CLASSES",
     "HANDLER_MAKERS",
     "KINDS",
+    "MAKERS",
     "OPERATIONS",
     "PERFORMING",
     "RETURNING",
@@ -50,7 +51,7 @@ __all__ = [
     "positional_args",
 ]
 
-KINDS: Final = ("Ask", "State", "RandomKey", "Emit")
+KINDS: Final = ("Ask", "State", "RandomKey", "Emit", "Tap")
 
 
 OPERATIONS: Final = {
@@ -58,11 +59,23 @@ OPERATIONS: Final = {
     "State": frozenset({"get", "set", "modify"}),
     "RandomKey": frozenset({"next_key"}),
     "Emit": frozenset({"emit"}),
+    "Tap": frozenset({"tap"}),
 }
 
 
-# Tested against the runtime API (tests/test_plugin_tables.py), as are the tables below.
-HANDLER_MAKERS: Final = frozenset({"provide", "init", "seed", "collect", "discard"})
+# Each kind's methods that make a handler of it. Tested against the runtime API
+# (tests/test_plugin_tables.py), as are the tables below.
+MAKERS: Final = {
+    "Ask": frozenset({"provide"}),
+    "State": frozenset({"init"}),
+    "RandomKey": frozenset({"seed"}),
+    "Emit": frozenset({"collect", "discard"}),
+    "Tap": frozenset({"ignore", "record", "replace", "gradients"}),
+}
+
+
+# any kind's (where the kind of a receiver is not known)
+HANDLER_MAKERS: Final = frozenset().union(*MAKERS.values())
 
 
 HANDLER_CLASSES: Final = frozenset({"Handler", "Handlers"})
@@ -186,8 +199,9 @@ def is_handler_maker(info: TypeInfo, name: str) -> bool:
     """Whether `name` of the effect class `info` makes a handler: one of effax's
     makers, or a method of a user-defined effect annotated to return an
     `effax.Handler`."""
-    if kind_of(info) is not None:
-        return name in HANDLER_MAKERS
+    kind = kind_of(info)
+    if kind is not None:
+        return name in MAKERS[kind]
     symbol = info.get(name)
     node = symbol.node if symbol is not None else None
     if isinstance(node, Decorator):

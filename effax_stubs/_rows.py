@@ -347,7 +347,7 @@ class Analysis:
         if isinstance(expr, CallExpr) and isinstance(expr.callee, MemberExpr):
             name, receiver = expr.callee.name, expr.callee.expr
             info = self.instance_class(receiver)
-            if name in HANDLER_MAKERS or (info is not None and is_handler_maker(info, name)):
+            if is_handler_maker(info, name) if info is not None else name in HANDLER_MAKERS:
                 declaration = self.declaration(receiver)
                 return frozenset({declaration.fullname}) if declaration is not None else None
         if isinstance(expr, RefExpr) and isinstance(expr.node, Var):

@@ -11,8 +11,8 @@ Types already check *values* (``Ask[float].provide("x")`` is an error without an
 plugin). The plugin checks what types cannot say, with its own error codes:
 
 - ``effax-undeclared``: inside a function decorated with ``@effax.uses(...)``, an
-  effect operation (``ask``, ``get``, ``set``, ``modify``, ``next_key``, ``emit``, the
-  ``effax.random`` samplers), a call to another ``@effax.uses`` function, a call to a
+  effect operation (``ask``, ``get``, ``set``, ``modify``, ``next_key``, ``emit``,
+  ``tap``, the ``effax.random`` samplers), a call to another ``@effax.uses`` function, a call to a
   function made by ``effax.handle(f, *handlers)`` / ``effax.jit(f)`` (whose row is
   ``f``'s row minus what the handlers discharge), a call to the function returned by
   ``effax.grad`` / ``value_and_grad`` / ``vmap`` / ``checkpoint`` / ``shard_map``, or an
@@ -43,7 +43,9 @@ What the plugin understands, and where it stays silent rather than guess:
   it is called or handed to an effax control-flow wrapper, and a ``lambda`` written
   as an argument where it is passed. Functions kept in containers are not tracked.
 - Handlers are recognised in ``with`` statements: ``X.provide(...)``, ``X.init(...)``,
-  ``X.seed(...)``, ``X.collect()``, ``effax.handlers(...)`` and variables holding them;
+  ``X.seed(...)``, ``X.collect()``, ``X.discard()``, a ``Tap``'s ``X.ignore()``,
+  ``X.record(...)``, ``X.replace(...)``, ``X.gradients(...)``, ``effax.handlers(...)``
+  and variables holding them;
   an interceptor (``effax.intercept(...)``) handles nothing by itself (it forwards).
   Any other context manager from user code may install handlers, so nothing under
   it is reported; those of the standard library, JAX, NumPy and pytest install none.
@@ -116,8 +118,8 @@ from ._marks import (
     with_marks,
 )
 from ._names import (
-    HANDLER_MAKERS,
     KINDS,
+    MAKERS,
     METADATA,
     OPERATIONS,
     PERFORMING,
@@ -186,7 +188,7 @@ class EffaxPlugin(Plugin):
             kind, name = method
             if name in OPERATIONS[kind]:
                 return self._module_level
-            if name in HANDLER_MAKERS:
+            if name in MAKERS[kind]:
                 return self._handler
             return None
         if fullname == "functools.partial.__call__":
@@ -367,8 +369,8 @@ class EffaxPlugin(Plugin):
         return result[0]
 
     def _handler(self, ctx: MethodContext) -> Type:
-        """`X.provide(v)`, `X.init(v)`, `X.seed(k)`, `X.collect()`: mark the handler's
-        effect, and check the value (rule 3)."""
+        """`X.provide(v)`, `X.init(v)`, `X.seed(k)`, `X.collect()`, `X.record()`, ...:
+        mark the handler's effect, and check the value (rule 3)."""
         result: list[Type] = [ctx.default_return_type]
 
         def mark() -> None:
