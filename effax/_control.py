@@ -252,8 +252,9 @@ def _while(fns: list[Any], options: None, init_val: Any) -> Any:
         emitting = region.effect_with_values([o.values for o in outcomes])
         if emitting is not None:
             raise EffectUsageError(
-                f"{emitting!r} emitted values inside effax.while_loop, whose trip count is "
-                "not known at trace time, so they cannot be collected. Use effax.scan or "
+                f"{emitting!r} sent out values (emitted, or recorded taps) inside "
+                "effax.while_loop, whose trip count is not known at trace time, so they "
+                "cannot be collected. Use effax.scan or "
                 "effax.fori_loop with Python-int bounds (values are stacked per step), or "
                 "reduce them into a State instead."
             )

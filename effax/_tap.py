@@ -90,13 +90,26 @@ class Tap(Effect["TapHandler[T]"], Generic[T]):
         return Recorder(self, _patterns(self, patterns, "record"))
 
     def replace(
-        self, replacements: Mapping[str, Any] | Callable[[str, T], T]
+        self,
+        replacements: Mapping[str, Any] | Callable[[str, T], T],
+        *,
+        where: Mapping[str, Any] | None = None,
     ) -> Replacer[T]:
         """Interventions: a mapping ``{site: value}`` (traced inputs: a new value
         never retraces; a value with one more leading axis than the site's gives the
         k-th tap of the site its k-th row), or a function ``fn(site, value) ->
-        value`` (static, as ``jax.jit`` treats functions)."""
+        value`` (static, as ``jax.jit`` treats functions).
+
+        `where` (with a mapping) gives some sites a boolean mask, broadcast against
+        the site's replacement: a tap takes the replacement where the mask is true
+        and keeps its own value elsewhere (activation patching of one layer in a
+        loop over layers: ``where={"resid": jnp.arange(n_layers) == 3}``)."""
         if callable(replacements) and not isinstance(replacements, Mapping):
+            if where is not None:
+                raise EffectUsageError(
+                    f"{self!r}.replace(fn, where=...): `where` masks the values of a "
+                    "mapping; a function decides where to replace by itself."
+                )
             return Replacer(self, fn=replacements)
         if not isinstance(replacements, Mapping):
             raise EffectTypeError(
@@ -112,7 +125,14 @@ class Tap(Effect["TapHandler[T]"], Generic[T]):
                     f"{type(site).__name__}: {site!r}."
                 )
         values = tuple(_as_array(self, site, replacements[site]) for site in sites)
-        return Replacer(self, sites=sites, values=values, counters=(0,) * len(sites))
+        masks = tuple(_mask(self, site, (where or {}).get(site), v) for site, v in zip(sites, values, strict=True))
+        unknown = set(where or {}) - set(sites)
+        if unknown:
+            raise EffectUsageError(
+                f"{self!r}.replace(..., where=...) masks sites that are not replaced: "
+                f"{sorted(unknown)}. Give each masked site a replacement."
+            )
+        return Replacer(self, sites=sites, values=values, masks=masks, counters=(0,) * len(sites))
 
     def gradients(self, *patterns: str) -> GradientRecorder[T]:
         """Under `effax.grad` / `effax.value_and_grad`: ``hs[acts]`` is, for each
@@ -146,6 +166,25 @@ def _as_array(effect: Tap[Any], site: str, value: Any) -> Any:
             f"but got {type(value).__name__}: {value!r}."
         )
     return value
+
+
+def _mask(effect: Tap[Any], site: str, mask: Any, value: Any) -> Any:
+    """`mask` (for `site`'s replacement `value`) broadcast to `value`'s shape."""
+    if mask is None:
+        return None
+    dtype = getattr(mask, "dtype", None)
+    if not (isinstance(mask, bool) or (dtype is not None and jnp.issubdtype(dtype, jnp.bool_))):
+        raise EffectTypeError(
+            f"{effect!r}.replace(..., where={{{site!r}: ...}}) takes a boolean mask, but "
+            f"got {type(mask).__name__}{'' if dtype is None else f' of dtype {dtype}'}."
+        )
+    try:
+        return jnp.broadcast_to(mask, np.shape(value))
+    except ValueError:
+        raise EffectTypeError(
+            f"{effect!r}.replace(..., where={{{site!r}: ...}}): the mask's shape "
+            f"{np.shape(mask)} does not broadcast to its replacement's {np.shape(value)}."
+        ) from None
 
 
 def _matches(patterns: tuple[str, ...], site: str) -> bool:
@@ -269,10 +308,12 @@ class Recorder(TapHandler[T]):
         return _entries_outcome(self.entries)
 
     def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
-        self.entries.extend(_absorbed(outcome.static, outcome.values))
+        if outcome.static is not None:  # (None: a while_loop, where nothing is recorded)
+            self.entries.extend(_absorbed(outcome.static, outcome.values))
 
     def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
-        self.entries.extend(_batch_absorbed(outcome.static, outcome.values))
+        if outcome.static is not None:
+            self.entries.extend(_batch_absorbed(outcome.static, outcome.values))
 
     def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
         return _aligned(outcome, statics)[0]
@@ -288,6 +329,8 @@ def _entries_outcome(entries: Sequence[Entry]) -> Outcome:
 
 
 def _unpack(static: Any, values: Any) -> list[Entry]:
+    if values is None:  # (an outcome with no entries may come back without values)
+        values = ()
     out = []
     for (site, lead, shape, _, masked), value in zip(static, values, strict=True):
         value, present = value if masked else (value, None)
@@ -496,7 +539,7 @@ class Replacer(TapHandler[T]):
     function ``fn(site, value)``, it is static (its identity is in the cache key).
     """
 
-    __slots__ = ("counters", "fn", "rows", "sites", "values")
+    __slots__ = ("counters", "fn", "masks", "rows", "sites", "values")
 
     def __init__(
         self,
@@ -505,12 +548,14 @@ class Replacer(TapHandler[T]):
         fn: Callable[[str, T], T] | None = None,
         sites: tuple[str, ...] = (),
         values: tuple[Any, ...] = (),
+        masks: tuple[Any, ...] = (),
         counters: tuple[Any, ...] = (),
     ) -> None:
         super().__init__(effect)
         self.fn = fn
         self.sites = sites
         self.values = values
+        self.masks = masks or (None,) * len(sites)
         # per site: how many times it was tapped; how many rows its replacement has
         # (None: one value for every tap, or not tapped yet)
         self.counters = list(counters)
@@ -534,6 +579,9 @@ class Replacer(TapHandler[T]):
         if isinstance(out, (bool, int, float, complex)):
             out = jnp.asarray(out, jnp.result_type(value))
         _check_alike(self.effect, site, value, out, "its replacement is")
+        if self.masks[i] is not None:
+            mask, _ = _take(self.effect, site, value, self.masks[i], k, "replacement")
+            out = jnp.where(mask, out, value)
         self.counters[i] = k + 1
         return out  # type: ignore[no-any-return]
 
@@ -545,13 +593,17 @@ class Replacer(TapHandler[T]):
     def export(self) -> Export:
         if self.fn is not None:
             return Export(static=("fn", self.fn))
-        return Export(static=("map", self.sites), const=self.values, carry=tuple(self.counters))
+        const = (self.values, self.masks)
+        return Export(static=("map", self.sites), const=const, carry=tuple(self.counters))
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Replacer[Any]:
         if static[0] == "fn":
             return cls(effect, fn=static[1])
-        return cls(effect, sites=static[1], values=tuple(const), counters=tuple(carry))
+        values, masks = const
+        return cls(
+            effect, sites=static[1], values=tuple(values), masks=tuple(masks), counters=tuple(carry)
+        )
 
     def outcome(self, *, carry_required: bool) -> Outcome:
         if self.fn is not None or not self.sites:
@@ -565,6 +617,8 @@ class Replacer(TapHandler[T]):
         counters = [k if isinstance(k, jax.core.Tracer) else int(k) for k in outcome.carry]
         _check_counts(self.effect, self.sites, counters, outcome.static, "replacement")
         self.counters = counters
+        if isinstance(outcome.static, tuple):
+            self.rows = [r if r is not None else n for r, n in zip(outcome.static, self.rows, strict=True)]
 
 
 def _check_alike(effect: Tap[Any], site: str, value: Any, out: Any, what: str) -> None:
@@ -716,11 +770,16 @@ class GradientRecorder(Recorder[T]):
 
     def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
         static = outcome.static
-        if self.mode == "perturb" and outcome.carry is not None:
+        if self.mode == "perturb":
             static, rows = static if static is not None else (None, None)
-            counters = [k if isinstance(k, jax.core.Tracer) else int(k) for k in outcome.carry]
-            _check_counts(self.effect, self.sites, counters, rows, "perturbation")
-            self.counters = counters
+            if outcome.carry is not None:  # (None: passed through, no site tapped)
+                counters = [
+                    k if isinstance(k, jax.core.Tracer) else int(k) for k in outcome.carry
+                ]
+                _check_counts(self.effect, self.sites, counters, rows, "perturbation")
+                self.counters = counters
+            if isinstance(rows, tuple):
+                self.rows = [r if r is not None else n for r, n in zip(rows, self.rows, strict=True)]
         if static is not None:
             self.entries.extend(_absorbed(static, outcome.values))
 

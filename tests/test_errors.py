@@ -356,7 +356,7 @@ MISUSES = {
             aux.collect(),
         )(),
         fx.EffectUsageError,
-        r"Emit\('aux'\) emitted values inside effax.while_loop",
+        r"Emit\('aux'\) sent out values \(emitted, or recorded taps\) inside effax.while_loop",
     ),
     "cond emits differ": (
         lambda: fx.handle(
