@@ -41,20 +41,18 @@ from ._random_key import (
     RandomKey as RandomKey,
     rng as rng,
 )
+from ._recorder import (
+    GradientRecorder as GradientRecorder,
+    Recorder as Recorder,
+    TapHandler as TapHandler,
+)
 from ._snapshot import (
     assert_processes_agree as assert_processes_agree,
     restore as restore,
     snapshot as snapshot,
 )
 from ._state import State as State, StateCell as StateCell
-from ._tap import (
-    GradientRecorder as GradientRecorder,
-    Ignorer as Ignorer,
-    Recorder as Recorder,
-    Replacer as Replacer,
-    Tap as Tap,
-    TapHandler as TapHandler,
-)
+from ._tap import Ignorer as Ignorer, Replacer as Replacer, Tap as Tap
 from ._transforms import (
     checkpoint as checkpoint,
     grad as grad,

@@ -125,24 +125,22 @@ def _perturbations(
     perturbs, found by running `fun` abstractly (its effects change nothing
     outside), and zeros of those shapes to differentiate with respect to."""
     found: list[tuple[Hashable, tuple[Any, ...]]] = []
+    inside: list[list[Any]] = []
 
     def begin(inner_handlers: list[Any]) -> None:
         for j in taking:
             inner_handlers[j].begin_probe()
-        found.append(tuple(inner_handlers))  # type: ignore[arg-type]
+        inside.append(inner_handlers)
 
     def probe(*args: Any, **kwargs: Any) -> None:
         region.run(fun, region.carries, args, kwargs, carry_required=False, before=begin)
-        inner_handlers: Any = found.pop()
-        found.extend(inner_handlers[j].perturbations() for j in taking)
+        found.extend(inside.pop()[j].perturbations() for j in taking)
 
     unchanged = list(region.unchanged)
     jax.eval_shape(probe, *args, **kwargs)
     region.unchanged = unchanged
     layouts = tuple(layout for layout, _ in found)
-    eps = tuple(
-        tuple(jnp.zeros(s.shape, s.dtype) for s in structs) for _, structs in found
-    )
+    eps = tuple(tuple(jnp.zeros(s.shape, s.dtype) for s in structs) for _, structs in found)
     return layouts, eps
 
 

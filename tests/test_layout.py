@@ -8,10 +8,11 @@ EFFAX = pathlib.Path(__file__).parent.parent / "effax"
 
 LAYERS = [
     {"_trace", "_errors"},
-    {"_context", "_threefry", "_arguments"},
+    {"_context", "_threefry", "_arguments", "_entries"},
     {"_protocol", "_effect"},
-    {"_ask", "_state", "_random_key", "_emit", "_intercept"},
+    {"_ask", "_state", "_random_key", "_emit", "_intercept", "_recorder"},
     {
+        "_tap",
         "_handlers",
         "_plan",
         "_boundary",

@@ -101,19 +101,26 @@ def test_record_stacks_taps_in_program_order_and_patterns_select_sites():
     _, only = recorded(WRAPPERS["scan"][0](body), XS[0], "z*")
     assert list(only) == ["z"]
     _, nested = recorded(
-        lambda x: fx.scan(lambda c, _: (fx.scan(lambda d, _: (body(d), None), c, None, length=2)[0], None), x, None, length=2)[0],
+        lambda x: fx.scan(
+            lambda c, _: (fx.scan(lambda d, _: (body(d), None), c, None, length=2)[0], None),
+            x,
+            None,
+            length=2,
+        )[0],
         XS[0],
     )
+
     def python(x):
         for _ in range(4):
             x = body(x)
         return x
+
     assert_transparent(nested, recorded(python, XS[0])[1])
 
 
 def test_record_under_vmap_and_shard_map_carries_the_batch_axis():
     xs = jnp.arange(3.0, dtype=F32)
-    out, got = recorded(fx.vmap(body), xs)
+    _out, got = recorded(fx.vmap(body), xs)
     per = [recorded(body, x)[1] for x in xs]
     want = {site: jnp.stack([p[site] for p in per], axis=-1) for site in per[0]}
     assert got["h"].shape == (2, 3) and got["z"].shape == (3,)
@@ -137,7 +144,7 @@ def test_record_under_cond_keeps_only_the_taken_branch_as_python_if_does():
             assert_transparent(recorded(wrap(f), x)[1], recorded(python, x)[1])
     # in a loop, per step: the steps that took the branch
     xs = jnp.array([1.0, -2.0, 3.0, -4.0, 5.0], F32)
-    looped = lambda x0: fx.scan(lambda c, x: (c + f(x), None), x0, xs)[0]  # noqa: E731
+    looped = lambda x0: fx.scan(lambda c, x: (c + f(x), None), x0, xs)[0]
     got = recorded(looped, F32(0))[1]
     want = recorded(lambda x0: sum(python(x) for x in xs), F32(0))[1]
     assert got["a"].shape == (3,) and got["b"].shape == (2,)
@@ -145,7 +152,7 @@ def test_record_under_cond_keeps_only_the_taken_branch_as_python_if_does():
 
 
 def test_record_inside_while_loop_is_a_named_error():
-    with acts.record(), pytest.raises(fx.EffectUsageError, match="Tap.*acts.*while_loop"):
+    with acts.record(), pytest.raises(fx.EffectUsageError, match=r"Tap.*acts.*while_loop"):
         fx.while_loop(lambda c: c < 3, lambda c: acts.tap("a", c + 1), F32(0))
     # a site not recorded is fine
     with acts.record("other"):
@@ -206,9 +213,15 @@ def test_replace_gives_each_tap_its_row_and_refuses_too_few_rows():
 
     with acts.ignore():
         assert_transparent(got, python(XS[0]))
-    with acts.replace({"h": rows[:4]}), pytest.raises(fx.EffectUsageError, match="'h'.*6 times.*4 rows"):
+    with (
+        acts.replace({"h": rows[:4]}),
+        pytest.raises(fx.EffectUsageError, match=r"'h'.*6 times.*4 rows"),
+    ):
         fx.jit(f)(XS[0])
-    with acts.replace({"h": rows[:4]}), pytest.raises(fx.EffectUsageError, match="'h'.*5 times.*4 rows"):
+    with (
+        acts.replace({"h": rows[:4]}),
+        pytest.raises(fx.EffectUsageError, match=r"'h'.*5 times.*4 rows"),
+    ):
         _loop(XS[0])
 
 
@@ -219,7 +232,7 @@ def test_replace_with_a_function_is_static():
         traces.append(1)
         return body(x)
 
-    double = lambda site, v: v * 2 if site == "z" else v  # noqa: E731
+    double = lambda site, v: v * 2 if site == "z" else v
     with acts.replace(double):
         a, b = fx.jit(f)(F32(0.5)), fx.jit(f)(F32(0.5))
         want = f(F32(0.5))
@@ -263,25 +276,34 @@ def test_activation_patching_equals_a_model_taking_the_patch_as_an_argument():
         results.append(float(got))
     assert len(traces) == 1  # a new patch, or a new mask, is a new input
     assert len(set(results)) == 3 and float(by_hand(b, -1, jnp.zeros(4, F32))) not in results
-    with pytest.raises(fx.EffectUsageError, match="not replaced"):
+    with pytest.raises(fx.EffectUsageError, match=r"not replaced"):
         acts.replace({"resid": a}, where={"other": True})
-    with pytest.raises(fx.EffectTypeError, match="boolean mask"):
+    with pytest.raises(fx.EffectTypeError, match=r"boolean mask"):
         acts.replace({"resid": a}, where={"resid": jnp.ones(4)})
 
 
 def test_replace_refuses_values_of_the_wrong_kind():
-    vector = lambda x: acts.tap("v", x * jnp.ones(3, F32))  # noqa: E731
-    with acts.replace({"v": jnp.zeros(2, F32)}), pytest.raises(fx.EffectTypeError, match="'v'.*shape"):
+    vector = lambda x: acts.tap("v", x * jnp.ones(3, F32))
+    with (
+        acts.replace({"v": jnp.zeros(2, F32)}),
+        pytest.raises(fx.EffectTypeError, match=r"'v'.*shape"),
+    ):
         vector(F32(1))
-    with acts.replace({"z": jnp.int32(1)}), pytest.raises(fx.EffectTypeError, match="'z'.*dtype int32"):
+    with (
+        acts.replace({"z": jnp.int32(1)}),
+        pytest.raises(fx.EffectTypeError, match=r"'z'.*dtype int32"),
+    ):
         body(F32(1))
-    with acts.replace(lambda s, v: v.astype(jnp.float16)), pytest.raises(fx.EffectTypeError, match="returned"):
+    with (
+        acts.replace(lambda s, v: v.astype(jnp.float16)),
+        pytest.raises(fx.EffectTypeError, match=r"returned"),
+    ):
         fx.jit(body)(F32(1))
-    with pytest.raises(fx.EffectTypeError, match="mapping"):
+    with pytest.raises(fx.EffectTypeError, match=r"mapping"):
         acts.replace([("z", 1.0)])
-    with pytest.raises(fx.EffectTypeError, match="takes an array"):
+    with pytest.raises(fx.EffectTypeError, match=r"takes an array"):
         acts.replace({"z": {"a": 1.0}})
-    with pytest.raises(fx.EffectTypeError, match="fnmatch"):
+    with pytest.raises(fx.EffectTypeError, match=r"fnmatch"):
         acts.record(3)
 
 
@@ -316,9 +338,11 @@ GRADIENT_WRAPPERS = {
     "grad": lambda: fx.grad(loss),
     "jit of grad": lambda: fx.jit(fx.grad(loss)),
     "grad of checkpoint": lambda: fx.grad(fx.checkpoint(loss)),
-    "grad has_aux": lambda: (lambda w, x: fx.grad(lambda w, x: (loss(w, x), 1.0), has_aux=True)(w, x)[0]),
-    "value_and_grad": lambda: (lambda w, x: fx.value_and_grad(loss)(w, x)[1]),
-    "grad in cond": lambda: (lambda w, x: fx.cond(x > 0, fx.grad(loss), lambda w, x: w, w, x)),
+    "grad has_aux": lambda: (
+        lambda w, x: fx.grad(lambda w, x: (loss(w, x), 1.0), has_aux=True)(w, x)[0]
+    ),
+    "value_and_grad": lambda: lambda w, x: fx.value_and_grad(loss)(w, x)[1],
+    "grad in cond": lambda: lambda w, x: fx.cond(x > 0, fx.grad(loss), lambda w, x: w, w, x),
 }
 
 
@@ -340,7 +364,9 @@ def test_gradients_per_example_under_vmap_and_per_step_in_scan():
     assert_transparent(g.value["step"], jnp.stack(per, axis=1))
     with acts.gradients("h") as g:
         fx.scan(lambda c, w: (c, fx.grad(loss)(w, X)), 0.0, ws)
-    assert_transparent(g.value["h"], jnp.stack([jax.grad(loss_by_hand, argnums=2)(w, X, *zeros) for w in ws]))
+    assert_transparent(
+        g.value["h"], jnp.stack([jax.grad(loss_by_hand, argnums=2)(w, X, *zeros) for w in ws])
+    )
 
 
 def test_gradients_of_a_cond_site_follow_the_branch_taken():
@@ -359,9 +385,9 @@ def test_gradients_of_a_cond_site_follow_the_branch_taken():
 
 
 def test_gradients_refuse_what_has_none():
-    with acts.gradients(), pytest.raises(fx.EffectTypeError, match="'n'.*int32.*no gradient"):
+    with acts.gradients(), pytest.raises(fx.EffectTypeError, match=r"'n'.*int32.*no gradient"):
         fx.grad(lambda w: w * acts.tap("n", jnp.int32(2)))(F32(1))
-    with acts.gradients(), pytest.raises(fx.EffectUsageError, match="effax.vmap\\(effax.grad"):
+    with acts.gradients(), pytest.raises(fx.EffectUsageError, match=r"effax.vmap\(effax.grad"):
         fx.grad(lambda w: jnp.sum(fx.vmap(lambda v: acts.tap("v", v * w))(jnp.ones(3))))(F32(1))
     with acts.gradients() as g:  # outside effax.grad, taps pass through, record nothing
         assert float(body(F32(0.5))) == float(fx.jit(body)(F32(0.5)))
@@ -374,7 +400,7 @@ def test_gradients_refuse_what_has_none():
 def test_unhandled_taps_and_wrong_sites_are_named_errors():
     with pytest.raises(fx.UnhandledEffectError, match=r"Tap\('acts'\).*acts.ignore\(\)"):
         body(F32(1))
-    with acts.ignore(), pytest.raises(fx.EffectTypeError, match="site's name as a str"):
+    with acts.ignore(), pytest.raises(fx.EffectTypeError, match=r"site's name as a str"):
         acts.tap(3, F32(1))
     with acts.record(), pytest.raises(fx.EffectLeakError):
         jax.vmap(fx.jit(body))(jnp.ones(2))
@@ -389,7 +415,7 @@ def test_a_failed_call_leaves_the_recording_as_it_was():
         body(F32(1))
         before = dict(r.value)
         for wrap in (fx.jit, WRAPPERS["scan"][0]):
-            with pytest.raises(ValueError, match="boom"):
+            with pytest.raises(ValueError, match=r"boom"):
                 wrap(bad)(F32(1))
     assert_bitwise_equal(r.value, before)
 

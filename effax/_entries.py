@@ -1,0 +1,295 @@
+"""Recorded taps: how a site's values are laid out across loops, branches and
+batches, and how a replacement or perturbation is indexed per tap.
+
+A handler that records keeps *entries*: each is one site's values from one place
+in the program, stacked along leading axes (one per enclosing loop, taps in the
+order a Python program would make them) and, where an `effax.cond` branch may
+not have run, a mask of the taps that happened. An entry crosses a traced
+boundary as an outcome's values, its layout (site, leading axes, shape, dtype,
+masked) as the outcome's static part. Reading a recording flattens a site's
+entries into one stack (`read`). Replacements and perturbations are consumed in
+the same order, by a counter per site (`take`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._errors import EffectTypeError, EffectUsageError
+
+__all__ = [
+    "Entry",
+    "absorbed",
+    "aligned",
+    "batch_absorbed",
+    "check_alike",
+    "check_count",
+    "check_counts",
+    "count",
+    "entries_outcome",
+    "flat",
+    "read",
+    "shape_error",
+    "take",
+    "unpack",
+]
+
+
+class Entry(NamedTuple):
+    """One site's values from one place in the program: `value` has shape
+    ``lead + shape`` (`lead`: one axis per enclosing loop, taps in program order);
+    `present` (shape ``lead``, or more axes under a batch) marks the taps that
+    happened (None: all of them; False where an `effax.cond` branch did not run)."""
+
+    site: str
+    lead: tuple[int, ...]
+    shape: tuple[int, ...]
+    value: Any
+    present: Any
+
+
+def count(lead: tuple[int, ...]) -> int:
+    return math.prod(lead)
+
+
+def flat(entry: Entry) -> tuple[Any, Any]:
+    """`entry`'s taps along one axis, and their mask (None: all present)."""
+    n = count(entry.lead)
+    value = jnp.reshape(entry.value, (n, *entry.shape))
+    present = None if entry.present is None else jnp.reshape(entry.present, (n, -1))
+    return value, present
+
+
+def entries_outcome(entries: Sequence[Entry]) -> tuple[Any, Any]:
+    """The static layout and the values an outcome sends out for `entries`."""
+    static = tuple(
+        (e.site, e.lead, e.shape, str(jnp.result_type(e.value)), e.present is not None)
+        for e in entries
+    )
+    values = tuple((e.value, e.present) if e.present is not None else e.value for e in entries)
+    return static, values
+
+
+def unpack(static: Any, values: Any) -> list[Entry]:
+    if values is None:  # (an outcome with no entries may come back without values)
+        values = ()
+    out = []
+    for (site, lead, shape, _, masked), value in zip(static, values, strict=True):
+        value, present = value if masked else (value, None)
+        out.append(Entry(site, lead, shape, value, present))
+    return out
+
+
+def absorbed(static: Any, values: Any) -> list[Entry]:
+    """The entries an outcome sends out, as seen outside its region: a loop's
+    steps stacked each entry along new leading axes; a site's entries of one step
+    are joined so that its taps stay in program order."""
+    entries = unpack(static, values)
+    if not entries:
+        return []
+    first = entries[0]
+    extra = tuple(np.shape(first.value))[
+        : np.ndim(first.value) - len(first.lead) - len(first.shape)
+    ]
+    if not extra:
+        return entries
+    by_site: dict[str, list[Entry]] = {}
+    for entry in entries:
+        by_site.setdefault(entry.site, []).append(entry)
+    joined = []
+    k = len(extra)
+    for site, group in by_site.items():
+        shape = group[0].shape
+        values, presents = [], []
+        for e in group:
+            if e.shape != shape:
+                raise shape_error(site, shape, e.shape)
+            n = count(e.lead)
+            values.append(jnp.reshape(e.value, (*extra, n, *shape)))
+            presents.append(
+                jnp.ones((*extra, n), bool)
+                if e.present is None
+                else jnp.reshape(e.present, (*extra, n, -1))[..., 0]
+                if np.ndim(e.present) > k + len(e.lead)
+                else jnp.reshape(e.present, (*extra, n))
+            )
+        masked = any(e.present is not None for e in group)
+        value = values[0] if len(values) == 1 else jnp.concatenate(values, axis=k)
+        present = None
+        if masked:
+            present = presents[0] if len(presents) == 1 else jnp.concatenate(presents, axis=k)
+        joined.append(Entry(site, (*extra, value.shape[k]), shape, value, present))
+    return joined
+
+
+def batch_absorbed(static: Any, values: Any) -> list[Entry]:
+    """The entries of a batched region (values stacked per element along axis 0):
+    the batch axis becomes part of each tap's value."""
+    out = []
+    for e in unpack(static, values):
+        value = jnp.moveaxis(e.value, 0, len(e.lead))
+        present = None if e.present is None else jnp.moveaxis(e.present, 0, -1)
+        out.append(Entry(e.site, e.lead, (value.shape[len(e.lead)], *e.shape), value, present))
+    return out
+
+
+def aligned(
+    static: Any, values: Any, statics: Sequence[Hashable]
+) -> tuple[Any, Any, dict[str, int]]:
+    """In one branch of an `effax.cond` whose branches record different sites:
+    this branch's entries laid out as every branch's are, one masked entry per site
+    with as many taps as the branch that taps it most (the others padded with
+    zeros, marked absent): its static layout and values, and how many padding taps
+    each site got."""
+    layout: dict[str, tuple[int, tuple[int, ...], str]] = {}
+    for branch in statics:
+        if not isinstance(branch, tuple):
+            continue
+        counts: dict[str, int] = {}
+        for site, lead, shape, dtype, _ in branch:
+            counts[site] = counts.get(site, 0) + count(lead)
+            known = layout.get(site)
+            if known is not None and known[1] != shape:
+                raise shape_error(site, known[1], shape)
+            layout[site] = (known[0] if known else 0, shape, dtype)
+        for site, n in counts.items():
+            total, shape, dtype = layout[site]
+            layout[site] = (max(total, n), shape, dtype)
+    mine = unpack(static, values)
+    entries, pads = [], {}
+    for site in sorted(layout):
+        total, shape, dtype = layout[site]
+        own = [e for e in mine if e.site == site]
+        rows, presents = [], []
+        for e in own:
+            value, present = flat(e)
+            rows.append(value)
+            presents.append(jnp.ones(value.shape[:1], bool) if present is None else present[:, 0])
+        n = sum(count(e.lead) for e in own)
+        pads[site] = total - n
+        if n < total:
+            rows.append(jnp.zeros((total - n, *shape), dtype))
+            presents.append(jnp.zeros((total - n,), bool))
+        value = rows[0] if len(rows) == 1 else jnp.concatenate(rows)
+        present = presents[0] if len(presents) == 1 else jnp.concatenate(presents)
+        entries.append(Entry(site, (total,), shape, value, present))
+    return (*entries_outcome(entries), pads)
+
+
+def shape_error(site: str, a: tuple[int, ...], b: tuple[int, ...]) -> EffectUsageError:
+    return EffectUsageError(
+        f"Tap site {site!r} was tapped with values of shape {a} and {b}; the taps of one "
+        "site are stacked, so they must have one shape. Give the differently shaped "
+        "values sites of their own."
+    )
+
+
+def read(effect: Any, entries: Sequence[Entry]) -> dict[str, Any]:
+    """``{site: value}`` of recorded entries (see `Recorder`)."""
+    by_site: dict[str, list[Entry]] = {}
+    for entry in entries:
+        by_site.setdefault(entry.site, []).append(entry)
+    out: dict[str, Any] = {}
+    for site, group in by_site.items():
+        shape = group[0].shape
+        if any(e.shape != shape for e in group):
+            raise shape_error(site, shape, next(e.shape for e in group if e.shape != shape))
+        if len(group) == 1 and not group[0].lead and group[0].present is None:
+            out[site] = group[0].value
+            continue
+        values: list[Any] = []
+        keep: list[Any] = []
+        for e in group:
+            value, present = flat(e)
+            values.append(value)
+            if present is None:
+                keep.append(np.ones(value.shape[0], bool))
+                continue
+            if isinstance(present, jax.core.Tracer):
+                raise EffectUsageError(
+                    f"The taps of {site!r} ({effect!r}) in an effax.cond are known only "
+                    "when the compiled call has run: read the recording outside the "
+                    "traced function that installed the handler."
+                )
+            present = np.asarray(present)
+            taken = present.all(axis=1)
+            if (taken != present.any(axis=1)).any():
+                raise EffectUsageError(
+                    f"Tap site {site!r} ({effect!r}) was tapped in an effax.cond branch "
+                    "that ran for some elements of an effax.vmap batch and not for others, "
+                    "so its recording is not one array per tap. Tap it outside the cond, "
+                    "or record it unbatched."
+                )
+            keep.append(taken)
+        mask = np.concatenate(keep)
+        stacked = values[0] if len(values) == 1 else jnp.concatenate(values)
+        if not mask.all():
+            stacked = stacked[np.flatnonzero(mask)]
+        if stacked.shape[0] == 1:
+            out[site] = stacked[0]
+        elif stacked.shape[0] > 1:
+            out[site] = stacked
+    return out
+
+
+def take(
+    effect: Any, site: str, value: Any, rows: Any, k: Any, what: str
+) -> tuple[Any, int | None]:
+    """The part of `rows` (a replacement or perturbation of `site`) that tap number
+    `k` of the site gets, and how many rows `rows` has (None: one value for every
+    tap). `k` is a Python int while it is known, an int32 tracer in compiled loops
+    (where a past-the-end index is refused after the call, see `check_counts`)."""
+    shape = tuple(np.shape(value))
+    rshape = tuple(np.shape(rows))
+    if rshape == shape:
+        return rows, None
+    if len(rshape) > len(shape) and rshape[len(rshape) - len(shape) :] == shape:
+        table = jnp.reshape(rows, (-1, *shape))
+        n = table.shape[0]
+        if isinstance(k, (int, np.integer)):
+            check_count(effect, site, int(k) + 1, n, what)
+            return table[k], n
+        return jax.lax.dynamic_index_in_dim(table, k, 0, keepdims=False), n
+    raise EffectTypeError(
+        f"Tap site {site!r} ({effect!r}) has a value of shape {shape}, but its "
+        f"{what} has shape {rshape}: give a value of shape {shape}, or one row per "
+        f"tap (shape (taps, *{shape}))."
+    )
+
+
+def check_count(effect: Any, site: str, taps: int, rows: int, what: str) -> None:
+    if taps > rows:
+        raise EffectUsageError(
+            f"Tap site {site!r} ({effect!r}) was tapped {taps} times, but its {what} holds "
+            f"{rows} rows (one per tap). Give one row per tap, or a value of the site's "
+            "own shape for every tap."
+        )
+
+
+def check_counts(
+    effect: Any, sites: Sequence[str], counters: Sequence[Any], rows: Any, what: str
+) -> None:
+    """After a compiled region: refuse a site tapped more times than its rows (a
+    compiled index past the end would have taken the last row)."""
+    if not isinstance(rows, tuple):
+        return
+    for site, k, n in zip(sites, counters, rows, strict=True):
+        if n is not None and not isinstance(k, jax.core.Tracer):
+            check_count(effect, site, int(k), n, what)
+
+
+def check_alike(effect: Any, site: str, value: Any, out: Any, what: str) -> None:
+    a = (tuple(np.shape(value)), jnp.result_type(value))
+    b = (tuple(np.shape(out)), jnp.result_type(out))
+    if a != b:
+        raise EffectTypeError(
+            f"Tap site {site!r} ({effect!r}) has a value of shape {a[0]} and dtype {a[1]}, "
+            f"but {what} of shape {b[0]} and dtype {b[1]}: a tap returns a value like the "
+            "one it was given (cast it with .astype, or reshape it)."
+        )
