@@ -13,7 +13,7 @@ never performs the effect plumbs none of it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from ._effect import Effect, raise_obstacle
@@ -199,6 +199,35 @@ class Interceptor(Handler[E]):
     def batch_changes(self) -> bool:
         outer = self._reached()
         return outer is not None and outer.batch_changes()
+
+    # effax.cond's and effax.grad's hooks: those of the handler it forwards to, whose
+    # outcome its own is. (`align_branch` is asked inside a branch's trace, where
+    # that handler cannot be read, only its static layout; it reads nothing else.)
+    def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
+        outer = self._outer
+        if outer is _NO_OUTER:
+            outer = self.effect.shadowed(self)[0]
+        if not isinstance(outer, Handler):
+            return outcome
+        return outer.align_branch(outcome, statics)
+
+    def differentiates(self) -> bool:
+        outer = self._reached()
+        return outer is not None and outer.differentiates()
+
+    def begin_probe(self) -> None:
+        self.outer().begin_probe()
+
+    def perturbations(self) -> tuple[Hashable, tuple[Any, ...]]:
+        return self.outer().perturbations()
+
+    def perturb(self, eps: tuple[Any, ...], layout: Hashable) -> None:
+        self.outer().perturb(eps, layout)
+
+    def with_cotangents(
+        self, outcome: Outcome, layout: Hashable, cotangents: tuple[Any, ...]
+    ) -> Outcome:
+        return self.outer().with_cotangents(outcome, layout, cotangents)
 
     @property
     def value(self) -> Any:

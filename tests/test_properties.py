@@ -1,7 +1,8 @@
 """Property-based transparency: random effect programs, eager against compiled.
 
 Hypothesis generates programs: sequences of ask / get / set / modify / next_key /
-emit, nested State handlers, and sub-programs nested in `effax.handle` (compiled
+emit / tap (recorded, replaced by a function or a mapping, or ignored), nested
+State handlers, and sub-programs nested in `effax.handle` (compiled
 with jax.jit), `effax.scan`, `effax.cond` and `effax.vmap`; and the patterns that
 make a compiled program depend on its environment, and interceptors of the four
 effects (`effax.intercept`) around sub-programs: optional effects (an `ask` or
@@ -63,6 +64,7 @@ OPTIONAL_LOG = fx.Emit[jax.Array]("optional_log")
 MAYBE_NONE = fx.State[jax.Array | None]("maybe_none")
 MAYBE_NONE_ASK = fx.Ask[jax.Array | None]("maybe_none_ask")
 STATIC = fx.Ask[int | float | bool]("static", static=True)
+T = fx.Tap[jax.Array]("t")  # record, replace (by a function or a mapping) or ignore
 
 
 def interceptors(n):
@@ -75,6 +77,7 @@ def interceptors(n):
         ),
         fx.intercept(K, next_key=lambda outer: jax.random.fold_in(outer.next_key(), n)),
         fx.intercept(E, emit=lambda outer, v: outer.emit(v * 3 + n)),
+        fx.intercept(T, tap=lambda outer, site, v: outer.tap(site, v - n)),
     )
 
 
@@ -86,6 +89,7 @@ COEFFICIENTS = st.sampled_from([0.5, -1.0, 1.5])
 READS = [st.tuples(st.just("ask")), st.tuples(st.just("get")), st.tuples(st.just("key"))]
 WRITES = [st.tuples(st.just("set"), COEFFICIENTS), st.tuples(st.just("modify"), COEFFICIENTS)]
 EMIT = [st.tuples(st.just("emit"))]
+TAPS = [st.tuples(st.just("tap"), st.sampled_from(["x", "y"]))]
 # performs that depend on the environment (not inside cond or vmap bodies)
 ENVIRONMENT = [
     st.tuples(st.just("optional_ask")),
@@ -108,7 +112,7 @@ def extend(children):
         st.tuples(st.just("handle"), children),
         st.tuples(st.just("scan"), st.integers(1, 3), children),
         st.tuples(st.just("with_state"), children),
-        st.tuples(st.just("cond"), flat(READS, WRITES), flat(READS, WRITES)),
+        st.tuples(st.just("cond"), flat(READS, WRITES, TAPS), flat(READS, WRITES, TAPS)),
         st.tuples(st.just("vmap"), flat(READS)),
         st.tuples(st.just("wide_only"), children),
         st.tuples(st.just("intercept"), children),
@@ -116,13 +120,27 @@ def extend(children):
 
 
 OP = st.recursive(
-    st.one_of(*READS, *WRITES, *EMIT, *ENVIRONMENT),
+    st.one_of(*READS, *WRITES, *EMIT, *TAPS, *ENVIRONMENT),
     lambda children: extend(st.lists(children, min_size=1, max_size=4)),
     max_leaves=8,
 )
 PROGRAMS = st.lists(OP, min_size=1, max_size=6)
 # An environment: (OPTIONAL provided, OPTIONAL_LOG collected, MAYBE_NONE and
-# MAYBE_NONE_ASK hold None, STATIC's value, width of the program's second input).
+# MAYBE_NONE_ASK hold None, STATIC's value, width of the program's second input,
+# T's handler).
+TAP_HANDLERS = {
+    "record": lambda: T.record(),
+    "record x": lambda: T.record("x"),
+    "ignore": lambda: T.ignore(),
+    "replace fn": lambda: T.replace(_replace_y),
+    "replace map": lambda: T.replace({"x": jnp.float32(0.125)}),
+}
+
+
+def _replace_y(site, value):
+    return value * 2 + 1 if site == "y" else value
+
+
 ENVIRONMENTS = st.lists(
     st.tuples(
         st.booleans(),
@@ -130,6 +148,7 @@ ENVIRONMENTS = st.lists(
         st.booleans(),
         st.sampled_from([1, 1.0, True]),
         st.sampled_from([1, 2]),
+        st.sampled_from(list(TAP_HANDLERS)),
     ),
     min_size=2,
     max_size=3,
@@ -151,6 +170,8 @@ def run(ops, acc, compiled, width):
             acc = acc + jax.random.uniform(K.next_key())
         elif kind == "emit":
             E.emit(acc)
+        elif kind == "tap":
+            acc = T.tap(op[1], acc * 1.5) - 0.25
         elif kind == "optional_ask":
             try:
                 acc = acc + OPTIONAL.ask()
@@ -250,8 +271,9 @@ def run_vmap(body, acc, compiled, width):
 
 def outcome(program, environment):
     """Run `program` (a function of two inputs) under the handlers of `environment`."""
-    optional, collect, none, static, width = environment
+    optional, collect, none, static, width, tap = environment
     handlers = [
+        TAP_HANDLERS[tap](),
         A.provide(jnp.float32(0.5)),
         S.init(jnp.float32(1)),
         K.seed(0),
@@ -268,7 +290,7 @@ def outcome(program, environment):
         out = program(jnp.float32(0.25), jnp.zeros(width))
         next_key = K.next_key()
     emitted = hs[OPTIONAL_LOG] if collect else None
-    return out, hs[S], hs[MAYBE_NONE], int(hs[K].counter), next_key, hs[E], emitted
+    return out, hs[S], hs[MAYBE_NONE], int(hs[K].counter), next_key, hs[E], emitted, hs[T]
 
 
 def check(ops, environments, checked):

@@ -447,3 +447,20 @@ def test_an_interceptor_of_a_tap_reinterprets_it():
     with acts.record() as r, scale:
         fx.jit(lambda x: acts.tap("a", x))(F32(3))
     assert float(r.value["a"]) == 6
+
+
+def test_an_interceptor_over_a_recorder_in_a_cond_and_over_gradients():
+    shift = fx.intercept(acts, tap=lambda outer, site, v: outer.tap(site, v + 1))
+
+    def f(x):
+        return fx.cond(x > 0, lambda: acts.tap("a", x), lambda: x)
+
+    for x in XS:
+        with acts.record() as r, shift:
+            got = fx.jit(f)(x)
+        with acts.record() as want, shift:
+            expected = acts.tap("a", x) if x > 0 else x
+        assert_transparent((got, r.value), (expected, want.value))
+    with acts.gradients() as g, shift:
+        fx.grad(lambda w: jnp.sum(jnp.sin(acts.tap("h", w * 3))))(W)
+    assert_transparent(g.value["h"], jnp.cos(W * 3 + 1))
