@@ -1,6 +1,6 @@
 """The effax benchmark suite: every case, side by side, in one run.
 
-Run: python benchmarks/run.py [--quick] [--out DIR] [--cases 1-3 4 5 6 7 8-9 10]
+Run: python benchmarks/run.py [--quick] [--out DIR] [--cases 1-3 4 5 6 7 8-9 10 12]
 
 Cases (see each module's docstring):
 
@@ -19,6 +19,9 @@ Cases (see each module's docstring):
   step; trace time of 200 key draws among 1,000 operations.
 - 10 ``bench_donation.py``: a training step with donated state (``donate_state``)
   against the hand-plumbed donated step: time per step and compiled peak memory.
+- 12 ``bench_taps.py``: `effax.Tap` in a compiled training step (layers in a Python
+  loop, and in an ``effax.scan``): under ``ignore()`` against the step without taps,
+  under ``record()`` against the step returning its activations by hand.
 
 Prints a table of medians and ratios (contender / baseline, lower is better) and
 writes ``results.json``, ``results.md`` and ``results.png`` (if matplotlib is
@@ -49,6 +52,7 @@ import bench_eager
 import bench_first_call
 import bench_keys
 import bench_peers
+import bench_taps
 import jax
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -61,6 +65,7 @@ CASES: dict[str, tuple[str, Callable[[list[str]], dict[str, Any]]]] = {
     "7": ("first_call", bench_first_call.main),
     "8-9": ("keys", bench_keys.main),
     "10": ("donation", bench_donation.main),
+    "12": ("taps", bench_taps.main),
 }
 
 

@@ -101,6 +101,22 @@ def test_bench_donation_quick(benchmarks_on_path):
         assert memory["effax"]["peak"] <= memory["hand"]["peak"]
 
 
+@pytest.mark.uses_jit_cache  # compiles the tapped and hand-written steps, loop and scan
+def test_bench_taps_quick(benchmarks_on_path):
+    module = load("bench_taps")
+    results = module.main(["--quick"])
+    check_rows(results["rows"], {"12"})
+    # (a) ignore() and (b) record(), the layers in a Python loop and in an effax.scan,
+    # each against its own hand-written jax.jit step
+    assert {r["contender"]: (r["baseline"], r["target"]) for r in results["rows"]} == (
+        module.COMPARED
+    )
+    # losses, parameters and every recorded activation bitwise equal to the hand's
+    assert set(results["agreement"]) == set(module.COMPARED)
+    assert all(results["agreement"].values()), results["agreement"]
+    assert not any(results["retraces_while_timing"].values()), results["retraces_while_timing"]
+
+
 def test_bench_keys_quick(benchmarks_on_path):
     results = load("bench_keys").main(["--quick"])
     check_rows(results["rows"], {"8", "9"})
