@@ -255,7 +255,12 @@ def take(
         if isinstance(k, (int, np.integer)):
             check_count(effect, site, int(k) + 1, n, what)
             return table[k], n
-        return jax.lax.dynamic_index_in_dim(table, k, 0, keepdims=False), n
+        row = jax.lax.dynamic_index_in_dim(table, k, 0, keepdims=False)
+        if jnp.issubdtype(row.dtype, jnp.inexact):
+            # past the last row (refused once the call returns): NaN, not the last
+            # row again, so that a loop on it stops rather than spinning
+            row = jnp.where(k < n, row, jnp.nan)
+        return row, n
     raise EffectTypeError(
         f"Tap site {site!r} ({effect!r}) has a value of shape {shape}, but its "
         f"{what} has shape {rshape}: give a value of shape {shape}, or one row per "
@@ -276,12 +281,14 @@ def check_counts(
     effect: Any, sites: Sequence[str], counters: Sequence[Any], rows: Any, what: str
 ) -> None:
     """After a compiled region: refuse a site tapped more times than its rows (a
-    compiled index past the end would have taken the last row)."""
-    if not isinstance(rows, tuple):
+    compiled tap past the last row got NaN). `rows` per site: how many rows its
+    value has (None or -1: one value for every tap, or unknown)."""
+    if not isinstance(rows, (tuple, list)):
         return
     for site, k, n in zip(sites, counters, rows, strict=True):
-        if n is not None and not isinstance(k, jax.core.Tracer):
-            check_count(effect, site, int(k), n, what)
+        known = n is not None and not any(isinstance(x, jax.core.Tracer) for x in (k, n))
+        if known and int(n) >= 0:
+            check_count(effect, site, int(k), int(n), what)
 
 
 def check_alike(effect: Any, site: str, value: Any, out: Any, what: str) -> None:

@@ -229,16 +229,20 @@ class Replacer(TapHandler[T]):
         values: tuple[Any, ...] = (),
         masks: tuple[Any, ...] = (),
         counters: tuple[Any, ...] = (),
+        rows: tuple[Any, ...] = (),
     ) -> None:
         super().__init__(effect)
         self.fn = fn
         self.sites = sites
         self.values = values
         self.masks = masks or (None,) * len(sites)
-        # per site: how many times it was tapped; how many rows its replacement has
-        # (None: one value for every tap, or not tapped yet)
+        # Per site: how many times it was tapped, and how many rows its replacement
+        # has (-1: one value for every tap, or not tapped yet). Both cross compiled
+        # regions as int32 carries, so that a tap past the last row, which compiled
+        # code cannot refuse, is refused when the call returns (also out of a
+        # while_loop, whose static outcomes are lost).
         self.counters = list(counters)
-        self.rows: list[int | None] = [None] * len(sites)
+        self.rows = list(rows or (-1,) * len(sites))
 
     def __repr__(self) -> str:
         what = self.fn if self.fn is not None else "{" + ", ".join(map(repr, self.sites)) + "}"
@@ -254,9 +258,7 @@ class Replacer(TapHandler[T]):
         except ValueError:
             return value
         k = self.counters[i]
-        out, self.rows[i] = _entries.take(
-            self.effect, site, value, self.values[i], k, "replacement"
-        )
+        out, rows = _entries.take(self.effect, site, value, self.values[i], k, "replacement")
         if isinstance(out, (bool, int, float, complex)):
             out = jnp.asarray(out, jnp.result_type(value))
         _entries.check_alike(self.effect, site, value, out, "its replacement is")
@@ -264,6 +266,7 @@ class Replacer(TapHandler[T]):
             mask, _ = _entries.take(self.effect, site, value, self.masks[i], k, "replacement")
             out = jnp.where(mask, out, value)
         self.counters[i] = k + 1
+        self.rows[i] = -1 if rows is None else rows
         return out
 
     @property
@@ -275,30 +278,37 @@ class Replacer(TapHandler[T]):
         if self.fn is not None:
             return Export(static=("fn", self.fn))
         const = (self.values, self.masks)
-        return Export(static=("map", self.sites), const=const, carry=tuple(self.counters))
+        carry = (tuple(self.counters), tuple(self.rows))
+        return Export(static=("map", self.sites), const=const, carry=carry)
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Replacer[Any]:
         if static[0] == "fn":
             return cls(effect, fn=static[1])
-        values, masks = const
+        (values, masks), (counters, rows) = const, carry
         return cls(
-            effect, sites=static[1], values=tuple(values), masks=tuple(masks), counters=tuple(carry)
+            effect,
+            sites=static[1],
+            values=tuple(values),
+            masks=tuple(masks),
+            counters=tuple(counters),
+            rows=tuple(rows),
         )
 
     def outcome(self, *, carry_required: bool) -> Outcome:
         if self.fn is not None or not self.sites:
             return Outcome()
-        carry = tuple(jnp.asarray(k, jnp.int32) for k in self.counters)
-        return Outcome(static=tuple(self.rows), carry=carry)
+        carry = tuple(
+            tuple(jnp.asarray(k, jnp.int32) for k in part) for part in (self.counters, self.rows)
+        )
+        return Outcome(carry=carry)
 
     def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
         if outcome.carry is None:
             return
-        counters = [k if isinstance(k, jax.core.Tracer) else int(k) for k in outcome.carry]
-        _entries.check_counts(self.effect, self.sites, counters, outcome.static, "replacement")
-        self.counters = counters
-        if isinstance(outcome.static, tuple):
-            self.rows = [
-                r if r is not None else n for r, n in zip(outcome.static, self.rows, strict=True)
-            ]
+        counters, rows = (
+            [k if isinstance(k, jax.core.Tracer) else int(k) for k in part]
+            for part in outcome.carry
+        )
+        _entries.check_counts(self.effect, self.sites, counters, rows, "replacement")
+        self.counters, self.rows = counters, rows

@@ -147,7 +147,10 @@ def test_while_loop_matches_python_loop():
 
 def test_while_loop_rejects_emit_and_cond_updates():
     with handlers():
-        with pytest.raises(ValueError, match=r"Emit\('log'\) emitted values inside effax"):
+        with pytest.raises(
+            ValueError,
+            match=r"Emit\('log'\) sent out values \(emitted, or recorded taps\) inside effax",
+        ):
             fx.while_loop(lambda x: x < 3, lambda x: (log.emit(x), x + 1)[1], 0)
         with pytest.raises(ValueError, match=r"State\('total'\) was changed inside effax"):
             fx.while_loop(lambda x: (total.set(x * 1.0), x < 3)[1], lambda x: x + 1, 0)

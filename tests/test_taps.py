@@ -464,3 +464,66 @@ def test_an_interceptor_over_a_recorder_in_a_cond_and_over_gradients():
     with acts.gradients() as g, shift:
         fx.grad(lambda w: jnp.sum(jnp.sin(acts.tap("h", w * 3))))(W)
     assert_transparent(g.value["h"], jnp.cos(W * 3 + 1))
+
+
+def test_replace_under_while_loop_vmap_shard_map_and_after_a_cond():
+    rows = jnp.array([10.0, 20.0, 30.0, 60.0], F32)
+
+    def python_while(x):
+        while x < 50:
+            x = acts.tap("a", x + 1) + 1
+        return x
+
+    compiled_while = lambda x: fx.while_loop(  # noqa: E731
+        lambda c: c < 50, lambda c: acts.tap("a", c + 1) + 1, x
+    )
+    for fn in (compiled_while, fx.jit(compiled_while)):
+        with acts.replace({"a": rows}) as got:
+            out = fn(F32(0))
+        with acts.replace({"a": rows}) as want:
+            expected = python_while(F32(0))
+        assert float(out) == float(expected) and got.value == want.value == {"a": 4}
+    # one row short: Python raises at the fifth tap; compiled, the fifth tap is NaN
+    # (the loop stops) and the call raises once it returns
+    with acts.replace({"a": rows[:3]}), pytest.raises(fx.EffectUsageError, match="4 times.*3 rows"):
+        fx.jit(compiled_while)(F32(0))
+
+    # per element, one replacement for the whole batch
+    with acts.replace({"a": F32(7)}):
+        batched = fx.vmap(lambda x: acts.tap("a", x) * x)(jnp.arange(3.0, dtype=F32))
+        sharded = fx.shard_map(
+            lambda x: (acts.tap("a", x) * 2)[None], mesh=_mesh(), in_specs=P(), out_specs=P("d")
+        )(F32(1))
+    assert_bitwise_equal(batched, 7 * jnp.arange(3.0, dtype=F32))
+    assert_bitwise_equal(sharded, jnp.full(8, 14.0, F32))
+
+    # a cond tapping in one branch only: the taps after it take the right rows
+    def f(x):
+        y = fx.cond(x > 0, lambda: acts.tap("a", x), lambda: x)
+        return acts.tap("a", y) + acts.tap("a", y)
+
+    def python(x):
+        y = acts.tap("a", x) if x > 0 else x
+        return acts.tap("a", y) + acts.tap("a", y)
+
+    for x in XS:
+        with acts.replace({"a": rows}) as got:
+            out = fx.jit(f)(x)
+        with acts.replace({"a": rows}) as want:
+            expected = python(x)
+        assert float(out) == float(expected) and got.value == want.value
+
+
+def test_gradients_under_shard_map_and_inside_while_loop():
+    f = fx.shard_map(
+        lambda w: fx.grad(lambda w: jnp.sum(jnp.sin(acts.tap("h", w * 3))))(w)[None],
+        mesh=_mesh(),
+        in_specs=P(),
+        out_specs=P("d"),
+    )
+    with acts.gradients() as g:
+        f(W)
+    assert_transparent(g.value["h"], jnp.stack([jnp.cos(W * 3)] * 8))
+    grad_step = fx.grad(lambda w: jnp.sum(acts.tap("h", w) ** 2))
+    with acts.gradients(), pytest.raises(fx.EffectUsageError, match=r"Tap\('acts'\).*while_loop"):
+        fx.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, grad_step(c[1])), (0, W))
