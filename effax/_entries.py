@@ -94,9 +94,9 @@ def absorbed(static: Any, values: Any) -> list[Entry]:
     if not entries:
         return []
     first = entries[0]
-    extra = tuple(np.shape(first.value))[
-        : np.ndim(first.value) - len(first.lead) - len(first.shape)
-    ]
+    # the axes the region stacked: a loop's steps (none for a single call)
+    shape = tuple(first.value.shape)
+    extra = shape[: len(shape) - len(first.lead) - len(first.shape)]
     if not extra:
         return entries
     by_site: dict[str, list[Entry]] = {}

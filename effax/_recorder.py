@@ -16,7 +16,7 @@ import numpy as np
 from . import _entries
 from ._entries import Entry
 from ._errors import EffectTypeError, EffectUsageError
-from ._protocol import BatchPolicy, Export, Handler, Outcome, PyTree
+from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
 
 if TYPE_CHECKING:
     from ._tap import Tap
@@ -59,12 +59,33 @@ class Recorder(TapHandler[T]):
     a Python ``if``. Under `effax.vmap`, each tap's value carries the batch axis.
     """
 
-    __slots__ = ("entries", "patterns")
+    __slots__ = ("_recorded", "patterns")
+    # the static export is its patterns; the warm path of a compiled call reads it
+    fields = Fields(static="patterns")
 
     def __init__(self, effect: Tap[T], patterns: tuple[str, ...] = ()) -> None:
         super().__init__(effect)
         self.patterns = patterns
-        self.entries: list[Entry] = []
+        # Entries, and what compiled calls sent out as they sent it: (static,
+        # values, batched), laid out as entries when next read (`entries`), so that
+        # a warm call only appends.
+        self._recorded: list[Any] = []
+
+    @property
+    def entries(self) -> list[Entry]:
+        """What was recorded, as entries (see `effax._entries`)."""
+        recorded = self._recorded
+        if any(type(r) is tuple for r in recorded):
+            settled: list[Entry] = []
+            for r in recorded:
+                if type(r) is not tuple:
+                    settled.append(r)
+                elif r[2]:
+                    settled.extend(_entries.batch_absorbed(r[0], r[1]))
+                else:
+                    settled.extend(_entries.absorbed(r[0], r[1]))
+            recorded[:] = settled
+        return recorded
 
     def __repr__(self) -> str:
         return f"{self.effect!r}.record({', '.join(map(repr, self.patterns))})"
@@ -72,21 +93,18 @@ class Recorder(TapHandler[T]):
     def tap(self, site: str, value: Any) -> Any:
         if matches(self.patterns, site):
             self.effect.check_store(self, value)
-            self.entries.append(Entry(site, (), tuple(np.shape(value)), value, None))
+            self._recorded.append(Entry(site, (), tuple(np.shape(value)), value, None))
         return value
 
     def clear(self) -> None:
         """Forget what was recorded so far (e.g. after logging it)."""
-        self.entries.clear()
+        self._recorded.clear()
 
     @property
     def value(self) -> dict[str, Any]:
         return _entries.read(self.effect, self.entries)
 
     # --- the plumbing protocol: entries leave as values, their layout as static
-
-    def export(self) -> Export:
-        return Export(static=self.patterns)
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Recorder[Any]:
@@ -97,12 +115,12 @@ class Recorder(TapHandler[T]):
         return Outcome(static=static, values=values)
 
     def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
-        if outcome.static is not None:  # (None: a while_loop, where nothing is recorded)
-            self.entries.extend(_entries.absorbed(outcome.static, outcome.values))
+        if outcome.static:  # (None: a while_loop, where nothing is recorded)
+            self._recorded.append((outcome.static, outcome.values, False))
 
     def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
-        if outcome.static is not None:
-            self.entries.extend(_entries.batch_absorbed(outcome.static, outcome.values))
+        if outcome.static:
+            self._recorded.append((outcome.static, outcome.values, True))
 
     def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
         static, values, _ = _entries.aligned(outcome.static, outcome.values, statics)
@@ -200,7 +218,7 @@ class GradientRecorder(Recorder[T]):
         self.mode, self.sites, self.eps = "perturb", sites, eps
         self.counters = [0] * len(sites)
         self.rows = [None] * len(sites)
-        self.entries = []
+        self._recorded = []
 
     def with_cotangents(
         self, outcome: Outcome, sites: Hashable, cotangents: tuple[Any, ...]

@@ -15,7 +15,7 @@ import numpy as np
 from . import _entries, _trace
 from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
-from ._protocol import Export, Outcome, PyTree
+from ._protocol import Export, Fields, Outcome, PyTree
 from ._recorder import GradientRecorder, Recorder, TapHandler
 
 __all__ = ["Ignorer", "Replacer", "Tap"]
@@ -186,6 +186,7 @@ class Ignorer(TapHandler[T]):
     """The handler of a :class:`Tap` that switches its sites off (`Tap.ignore`)."""
 
     __slots__ = ()
+    fields = Fields()  # nothing crosses: a compiled call has no input or output for it
 
     def tap(self, site: str, value: T) -> T:
         return value
@@ -194,18 +195,9 @@ class Ignorer(TapHandler[T]):
     def value(self) -> dict[str, Any]:
         return {}
 
-    def export(self) -> Export:
-        return Export()
-
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Ignorer[Any]:
         return cls(effect)
-
-    def outcome(self, *, carry_required: bool) -> Outcome:
-        return Outcome()
-
-    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
-        pass
 
 
 class Replacer(TapHandler[T]):

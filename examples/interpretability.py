@@ -20,8 +20,7 @@ The block taps three sites: ``resid_pre`` (the residual stream going in),
     corrupted prompt ``11 5 =`` (answer 16). For each (layer, head), the corrupted
     run is repeated with that one head's output replaced by the clean run's, the
     layers after it recomputed, and the logit difference ``logit[8] - logit[16]``
-    read at the last position (an interceptor over ``acts.replace`` puts the clean
-    value in where a mask says: see `patch_where`);
+    read at the last position (``acts.replace(..., where=mask)``);
 (c) **gradient x activation attribution**: ``acts.gradients("resid_post")`` under
     ``effax.grad`` of the clean logit difference, times the recorded ``resid_post``,
     summed per layer.
@@ -190,22 +189,11 @@ gradients = fx.jit(fx.grad(logit_diff))  # and the gradients the handlers ask fo
 
 
 # Patching one head must change that head at that layer only: the layers after it
-# are recomputed from the patched stream. `acts.replace({site: rows})` alone gives
-# every tap of the site a fixed row, which would also freeze the heads downstream.
-# So an interceptor (a forwarding handler) mixes: at each tap of "attn/head_out" it
-# reads from the replacer outside it the clean run's row for this tap and a mask
-# row ("patch/here", True at the one (layer, head) patched), and returns
-# where(mask, clean, own value): exactly the hand-written `jnp.where` below. The
-# rows are traced inputs, so every (layer, head) runs one compiled program.
-def patch_where(outer: Any, site: str, x: jax.Array) -> jax.Array:
-    if site != "attn/head_out":
-        return outer.tap(site, x)
-    clean = outer.tap(site, x)
-    here = outer.tap("patch/here", jnp.zeros((H, 1, 1), bool))
-    return jnp.where(here, clean, x)
-
-
-patch_heads = fx.intercept(acts, tap=patch_where)
+# are recomputed from the patched stream. `acts.replace({site: rows}, where=...)`
+# gives each tap of "attn/head_out" (one per layer) its row of the clean run's
+# values, taken only where the mask is true (the one (layer, head) patched) and its
+# own value elsewhere: exactly the hand-written `jnp.where` below. Rows and mask
+# are traced inputs, so every (layer, head) runs one compiled program.
 
 
 def taps_analyses(run: Any, model: Any, gradients: Any = None) -> dict[str, Any]:
@@ -217,9 +205,8 @@ def taps_analyses(run: Any, model: Any, gradients: Any = None) -> dict[str, Any]
         out[f"{name} sites"] = recorder.value
     out["patched"] = np.zeros((L, H))
     for layer, head in np.ndindex(L, H):
-        rows = {"attn/head_out": out["clean sites"]["attn/head_out"]}
-        rows["patch/here"] = patch_mask(layer, head)
-        with acts.replace(rows), patch_heads:
+        clean = {"attn/head_out": out["clean sites"]["attn/head_out"]}
+        with acts.replace(clean, where={"attn/head_out": patch_mask(layer, head)}):
             out["patched"][layer, head] = run(model, prompt(CORRUPTED))
     if gradients is not None:
         with acts.gradients("resid_post") as grads:

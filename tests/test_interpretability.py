@@ -75,7 +75,7 @@ def test_patching_a_clean_head_restores_some_of_the_logit_difference(figures):
 
 def test_a_patch_recomputes_the_layers_after_it(example, figures):
     """A fixed replacement of every layer's heads (`acts.replace` alone) agrees with
-    the interceptor's patch at the last layer only: before it, the heads downstream
+    the masked patch (`where=`) at the last layer only: before it, the heads downstream
     of the patch must see the patched stream."""
     params, taps = figures["params"], figures["taps"]
     clean = taps["clean sites"]["attn/head_out"]
