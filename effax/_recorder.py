@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _entries
+from . import _context, _entries, _trace
 from ._entries import Entry
 from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
@@ -169,7 +169,10 @@ class GradientRecorder(Recorder[T]):
         return f"{self.effect!r}.gradients({', '.join(map(repr, self.patterns))})"
 
     def tap(self, site: str, value: Any) -> Any:
-        if self.mode == "collect" or not matches(self.patterns, site):
+        if not matches(self.patterns, site):
+            return value
+        if self.mode == "collect":
+            self._check_not_differentiated(site, value)
             return value
         if not jnp.issubdtype(jnp.result_type(value), jnp.inexact):
             raise EffectTypeError(
@@ -193,6 +196,20 @@ class GradientRecorder(Recorder[T]):
         self.counters[i] = k + 1
         self.entries.append(Entry(site, (), (), jnp.ones((), bool), None))
         return value + eps
+
+    def _check_not_differentiated(self, site: str, value: Any) -> None:
+        """Refuse a tap that a JAX transformation inside the handler traces (a raw
+        ``jax.grad``): it would record nothing, silently."""
+        ref = _context.installed_at(self.effect, self)
+        if ref is None or ref is _trace.current_trace_ref():
+            return
+        if _trace.foreign_tracers(jax.tree.leaves(value), _context.home_trace(ref)):
+            raise EffectUsageError(
+                f"Tap site {site!r} ({self.effect!r}) was tapped under a JAX "
+                "transformation inside its gradients() handler (e.g. a raw jax.grad), "
+                "whose gradients it cannot see. Differentiate with effax.grad or "
+                "effax.value_and_grad, which give it the gradient at each site."
+            )
 
     # --- effax.grad's hooks (see `Handler.differentiates`)
 

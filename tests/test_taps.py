@@ -474,7 +474,7 @@ def test_replace_under_while_loop_vmap_shard_map_and_after_a_cond():
             x = acts.tap("a", x + 1) + 1
         return x
 
-    compiled_while = lambda x: fx.while_loop(  # noqa: E731
+    compiled_while = lambda x: fx.while_loop(
         lambda c: c < 50, lambda c: acts.tap("a", c + 1) + 1, x
     )
     for fn in (compiled_while, fx.jit(compiled_while)):
@@ -485,7 +485,10 @@ def test_replace_under_while_loop_vmap_shard_map_and_after_a_cond():
         assert float(out) == float(expected) and got.value == want.value == {"a": 4}
     # one row short: Python raises at the fifth tap; compiled, the fifth tap is NaN
     # (the loop stops) and the call raises once it returns
-    with acts.replace({"a": rows[:3]}), pytest.raises(fx.EffectUsageError, match="4 times.*3 rows"):
+    with (
+        acts.replace({"a": rows[:3]}),
+        pytest.raises(fx.EffectUsageError, match=r"4 times.*3 rows"),
+    ):
         fx.jit(compiled_while)(F32(0))
 
     # per element, one replacement for the whole batch
@@ -527,3 +530,17 @@ def test_gradients_under_shard_map_and_inside_while_loop():
     grad_step = fx.grad(lambda w: jnp.sum(acts.tap("h", w) ** 2))
     with acts.gradients(), pytest.raises(fx.EffectUsageError, match=r"Tap\('acts'\).*while_loop"):
         fx.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, grad_step(c[1])), (0, W))
+
+
+def test_gradients_under_a_raw_jax_grad_is_a_named_error():
+    f = lambda w: jnp.sum(jnp.sin(acts.tap("h", w * 3)))
+    with (
+        acts.gradients(),
+        pytest.raises(fx.EffectUsageError, match=r"raw jax.grad.*effax.grad"),
+    ):
+        jax.grad(f)(W)
+    with acts.gradients() as g:  # the same under effax.grad
+        fx.grad(f)(W)
+    assert_transparent(g.value["h"], jnp.cos(W * 3))
+    with acts.gradients("other"):  # a site it does not record passes
+        jax.grad(f)(W)
