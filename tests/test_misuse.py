@@ -1026,6 +1026,14 @@ def _handler_with_fields(fields):
 _each = lambda i, c: c
 _pair = lambda c, x: (c, x)
 # name -> cases (what is wrong, the call, the error, fragments its message names)
+_TAP = fx.Tap[jax.Array]("misuse_tap")
+
+
+def _tap_under(handler, site, value):
+    with handler:
+        return _TAP.tap(site, value)
+
+
 _BAD_ARGUMENTS = {
     "scan": [
         ("f=None", lambda: fx.scan(None, 0.0, jnp.ones(2)), fx.EffectTypeError, "f must be"),
@@ -1197,6 +1205,33 @@ _BAD_ARGUMENTS = {
         ("stale value", lambda: total.init(_stale()), fx.EffectLeakError, "init"),
     ],
     "Emit": [("name=3", lambda: fx.Emit[int](3), fx.EffectTypeError, "name")],
+    "Tap": [
+        ("name=3", lambda: fx.Tap[int](3), fx.EffectTypeError, "name"),
+        ("record(3)", lambda: _TAP.record(3), fx.EffectTypeError, "fnmatch"),
+        ("gradients(None)", lambda: _TAP.gradients(None), fx.EffectTypeError, "fnmatch"),
+        ("replace(3)", lambda: _TAP.replace(3), fx.EffectTypeError, "mapping"),
+        ("replace({3: x})", lambda: _TAP.replace({3: 1.0}), fx.EffectTypeError, "site names"),
+        ("replace({s: str})", lambda: _TAP.replace({"s": "x"}), fx.EffectTypeError, "array"),
+        ("replace({s: None})", lambda: _TAP.replace({"s": None}), fx.EffectTypeError, "array"),
+        (
+            "where= float mask",
+            lambda: _TAP.replace({"s": jnp.ones(2)}, where={"s": jnp.ones(2)}),
+            fx.EffectTypeError,
+            "boolean mask",
+        ),
+        (
+            "where= with a function",
+            lambda: _TAP.replace(lambda s, v: v, where={"s": True}),
+            fx.EffectUsageError,
+            "masks the values of a mapping",
+        ),
+        (
+            "tap(site=None)",
+            lambda: _tap_under(_TAP.ignore(), None, 1.0),
+            fx.EffectTypeError,
+            "site's name as a str",
+        ),
+    ],
     "RandomKey": [
         ("name=None", lambda: fx.RandomKey(None), fx.EffectTypeError, "name"),
         ("seed='0'", lambda: fx.RandomKey("r").seed("0"), fx.EffectTypeError, "seed"),
@@ -1232,7 +1267,7 @@ _BAD_ARGUMENTS = {
 _NOTHING_TO_CHECK = {
     "BatchPolicy", "Collector", "Compiled", "Discarder", "Effect", "EffectError",
     "EffectLeakError", "EffectTypeError", "EffectUsageError", "Export", "Fields", "Handlers",
-    "Interceptor",
+    "Interceptor", "Ignorer", "Recorder", "Replacer", "GradientRecorder", "TapHandler",
     "KeyState", "KeyStream", "Outcome", "Provider", "StateCell", "StateTypeError",
     "UndeclaredEffectError", "UnhandledEffectError", "random", "rng", "__version__",
 }  # fmt: skip
