@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _trace
 from ._errors import EffectTypeError, EffectUsageError
 
 __all__ = [
@@ -211,7 +212,7 @@ def read(effect: Any, entries: Sequence[Entry]) -> dict[str, Any]:
             if present is None:
                 keep.append(np.ones(value.shape[0], bool))
                 continue
-            if isinstance(present, jax.core.Tracer):
+            if _trace.is_tracer(present):
                 raise EffectUsageError(
                     f"The taps of {site!r} ({effect!r}) in an effax.cond are known only "
                     "when the compiled call has run: read the recording outside the "
@@ -286,7 +287,7 @@ def check_counts(
     if not isinstance(rows, (tuple, list)):
         return
     for site, k, n in zip(sites, counters, rows, strict=True):
-        known = n is not None and not any(isinstance(x, jax.core.Tracer) for x in (k, n))
+        known = n is not None and not any(_trace.is_tracer(x) for x in (k, n))
         if known and int(n) >= 0:
             check_count(effect, site, int(k), int(n), what)
 

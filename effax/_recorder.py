@@ -289,7 +289,7 @@ class GradientRecorder(Recorder[T]):
         if self.mode == "perturb":
             static, rows = static if static is not None else (None, None)
             if outcome.carry is not None:  # (None: passed through, no site tapped)
-                counters = [k if isinstance(k, jax.core.Tracer) else int(k) for k in outcome.carry]
+                counters = [k if _trace.is_tracer(k) else int(k) for k in outcome.carry]
                 _entries.check_counts(self.effect, self.sites, counters, rows, "perturbation")
                 self.counters = counters
             if isinstance(rows, tuple):

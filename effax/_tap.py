@@ -299,8 +299,7 @@ class Replacer(TapHandler[T]):
         if outcome.carry is None:
             return
         counters, rows = (
-            [k if isinstance(k, jax.core.Tracer) else int(k) for k in part]
-            for part in outcome.carry
+            [k if _trace.is_tracer(k) else int(k) for k in part] for part in outcome.carry
         )
         _entries.check_counts(self.effect, self.sites, counters, rows, "replacement")
         self.counters, self.rows = counters, rows
