@@ -544,3 +544,21 @@ def test_gradients_under_a_raw_jax_grad_is_a_named_error():
     assert_transparent(g.value["h"], jnp.cos(W * 3))
     with acts.gradients("other"):  # a site it does not record passes
         jax.grad(f)(W)
+
+
+def test_replace_under_grad_and_checkpoint_equals_the_hand_written_patch():
+    rows = jnp.array([[0.25, -0.5], [1.0, 2.0], [-1.0, 0.5]], F32)
+
+    def by_hand(w, x):
+        h = jnp.tanh(w * x)
+        c, _ = lax.scan(lambda c, r: (r, None), h, rows)  # every "step" replaced
+        return jnp.sum(c**2) + jnp.sum(h)
+
+    def tapped(w, x):
+        return loss(w, x) + jnp.sum(jnp.tanh(w * x))
+
+    for wrap in (fx.grad, lambda f: fx.grad(fx.checkpoint(f)), lambda f: fx.jit(fx.grad(f))):
+        with acts.replace({"step": rows}) as r:
+            got = wrap(tapped)(W, X)
+        assert r.value == {"step": 3}
+        assert_transparent(got, jax.grad(by_hand)(W, X))
