@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+import enum
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
 from . import _trace
 from ._arguments import check_bool, check_unleaked
 from ._effect import Effect
-from ._errors import EffectTypeError
+from ._errors import EffectTypeError, UnhandledEffectError
 from ._protocol import Fields, Handler, PyTree
 
 __all__ = ["Ask", "Provider"]
 
 T = TypeVar("T")
+
+
+class _NoDefault(enum.Enum):
+    """The type of `NO_DEFAULT`: an `Ask` declared without a default."""
+
+    NO_DEFAULT = enum.auto()
+
+    def __repr__(self) -> str:
+        return "NO_DEFAULT"
+
+
+NO_DEFAULT: Final = _NoDefault.NO_DEFAULT
 
 
 class Ask(Effect["Provider[T]"], Generic[T]):
@@ -25,6 +38,11 @@ class Ask(Effect["Provider[T]"], Generic[T]):
     be hashable; it becomes part of the compilation cache key and is a Python
     constant inside (use it for configuration that changes the traced code).
 
+    With a `default`, `ask()` answers it where no handler is installed (as
+    `contextvars.ContextVar` does); a compiled call traced without a handler is
+    traced again once one is installed. A handler that cannot be read here (one
+    outside a raw ``jax.jit``) is still an error, not the default.
+
     **Example:**
 
     >>> import effax
@@ -32,36 +50,47 @@ class Ask(Effect["Provider[T]"], Generic[T]):
     >>> with temperature.provide(0.5):
     ...     temperature.ask()
     0.5
+    >>> verbose = effax.Ask[bool]("verbose", static=True, default=False)
+    >>> verbose.ask()
+    False
 
     """
 
-    __slots__ = ("static",)
+    __slots__ = ("default", "static")
     handler_hint = "{name}.provide(value)"
     operations = ("ask",)
     static: bool
+    default: T | _NoDefault
 
-    def __init__(self, name: str, *, static: bool = False) -> None:
+    def __init__(
+        self, name: str, *, static: bool = False, default: T | _NoDefault = NO_DEFAULT
+    ) -> None:
         super().__init__(name)
         check_bool(static, "static", f"effax.Ask({name!r}, ...)")
         self.static = static
+        if static and default is not NO_DEFAULT:
+            _check_hashable(self, default, "default")
+        if default is not NO_DEFAULT:
+            check_unleaked(default, "its default", f"effax.Ask({name!r}, default=...)")
+        self.default = default
 
     @_trace.api_boundary
     def ask(self) -> T:
-        """The value provided by the innermost handler."""
-        return self.handler().ask()
+        """The value provided by the innermost handler (or the default, if the
+        effect has one and no handler is installed)."""
+        default = self.default
+        if default is NO_DEFAULT:
+            return self.handler().ask()
+        try:
+            handler = self.handler()
+        except UnhandledEffectError:
+            return default
+        return handler.ask()
 
     def provide(self, value: T) -> Provider[T]:
         """A handler that answers `ask()` with `value`."""
         if self.static:
-            try:
-                hash(value)
-            except TypeError as exc:
-                raise EffectTypeError(
-                    f"{self!r} is static, so its value must be hashable (it is part of the "
-                    f"jit cache key), but got an unhashable {type(value).__name__}: {exc}. "
-                    "Pass a hashable value (a tuple, a frozen dataclass), or declare the "
-                    "effect with static=False to pass arrays as traced inputs."
-                ) from None
+            _check_hashable(self, value, "value")
         check_unleaked(value, "its value", f"{self!r}.provide(...)")
         return Provider(self, value)
 
@@ -81,6 +110,18 @@ class Ask(Effect["Provider[T]"], Generic[T]):
             "static=True)`): its value is then a Python constant and part of the cache "
             "key (a new value retraces); or use jnp.where / effax.cond on it."
         )
+
+
+def _check_hashable(effect: Ask[Any], value: Any, what: str) -> None:
+    try:
+        hash(value)
+    except TypeError as exc:
+        raise EffectTypeError(
+            f"{effect!r} is static, so its {what} must be hashable (it is part of the "
+            f"jit cache key), but got an unhashable {type(value).__name__}: {exc}. "
+            "Pass a hashable value (a tuple, a frozen dataclass), or declare the "
+            "effect with static=False to pass arrays as traced inputs."
+        ) from None
 
 
 @attrs.define(eq=False)

@@ -318,8 +318,13 @@ class Handled:
         """What a warm path of a program is generated for: the output layout's
         node (None: the first), the handlers' fields, and whether it depends on the
         installed stack (it does unless `environment`, the call's, is the own
-        handlers alone: a program traced with fewer lookups may serve it)."""
-        outer = len(environment) > len(self.own)
+        handlers alone and the function looks up nothing else: a program traced
+        with fewer lookups may serve it). (`environment` is the wide one after a
+        first call through a transformation without stages, which ran before the
+        row was known: the row, which holds lookups that found no handler, says
+        whether the stack matters.)"""
+        row = self.function.row if self.function is not None else None
+        outer = len(environment) > len(self.own) or bool(row)
         return (node, tuple(_warmpath.warm_key_of(h) for h in handlers), outer)
 
     def bind(

@@ -679,3 +679,24 @@ def test_a_python_number_state_compiles_once():
     assert len(traces) == 1
     assert [float(o) for o in outs] == [0.5, 1.5, 3.5]
     assert float(cell.value) == 3.5
+
+
+@pytest.mark.parametrize("transform", [jax.checkpoint, jax.jit], ids=["checkpoint", "jit"])
+def test_a_lookup_that_found_nothing_is_redone_under_a_new_handler(transform):
+    """An optional effect (try/except) read by a function handled with a
+    transformation without stages: the first call ran before the row was known,
+    and its warm path must still check the stack (it served every later call with
+    the first answer, under jax.checkpoint)."""
+    opt = fx.Ask[jax.Array]("opt")
+
+    def f(x):
+        try:
+            return x * opt.ask()
+        except fx.UnhandledEffectError:
+            return x * 2
+
+    g = fx.handle(f, transform=transform)
+    assert float(g(jnp.float32(1))) == 2.0
+    with opt.provide(jnp.float32(3)):
+        assert float(g(jnp.float32(1))) == 3.0
+    assert float(g(jnp.float32(1))) == 2.0
