@@ -355,7 +355,7 @@ def obstacle(
     stagings = _trace.stagings_between(ref)
     if stagings is None:
         return "detached"
-    if handler.batch_distinct and _trace.batching_between(ref):
+    if handler.batch_distinct and _trace.transformed_between(ref, "batching"):
         return "unsplit"
     return "staged" if stagings > through else None
 

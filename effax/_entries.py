@@ -30,6 +30,7 @@ __all__ = [
     "aligned",
     "batch_absorbed",
     "check_alike",
+    "check_array",
     "check_count",
     "check_counts",
     "count",
@@ -158,6 +159,13 @@ def aligned(
             known = layout.get(site)
             if known is not None and known[1] != shape:
                 raise shape_error(site, known[1], shape)
+            if known is not None and known[2] != dtype:
+                raise EffectUsageError(
+                    f"Tap site {site!r} was tapped with values of dtype {known[2]} and "
+                    f"{dtype} in the branches of an effax.cond or effax.switch; compiled, "
+                    "the branches send out one layout, so a site has one dtype in every "
+                    "branch. Cast the values (.astype), or give each its own site."
+                )
             layout[site] = (known[0] if known else 0, shape, dtype)
         for site, n in counts.items():
             total, shape, dtype = layout[site]
@@ -290,6 +298,21 @@ def check_counts(
         known = n is not None and not any(_trace.is_tracer(x) for x in (k, n))
         if known and int(n) >= 0:
             check_count(effect, site, int(k), int(n), what)
+
+
+_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
+def check_array(effect: Any, site: str, value: Any, what: str) -> None:
+    """Refuse a tap's value that is not one array (or Python number): what is
+    recorded, replaced or differentiated is laid out per array."""
+    if not isinstance(value, _ARRAY_TYPES):
+        raise EffectTypeError(
+            f"Tap site {site!r} ({effect!r}) was given a {type(value).__name__}, but "
+            f"{what} taps of arrays (or Python numbers). Tap each leaf of a pytree with a "
+            "site of its own (e.g. `jax.tree_util.tree_map_with_path`), or switch this "
+            "site off with a pattern that does not match it."
+        )
 
 
 def check_alike(effect: Any, site: str, value: Any, out: Any, what: str) -> None:

@@ -23,7 +23,7 @@ from . import _context
 from ._boundary import CannotCompile, unplumbable
 from ._effect import Effect
 from ._plan import Plan
-from ._protocol import Export, Handler, check_home
+from ._protocol import Export, Handler, check_home, fields_of
 
 __all__ = [
     "UNREACHABLE",
@@ -113,7 +113,7 @@ def resolve(
             if why is not None:
                 raise CannotCompile(why)
     keys.extend(
-        (h.effect, (type(h), h.fields), static_key(e.static))
+        (h.effect, (type(h), fields_of(h)), static_key(e.static))
         for h, e in zip(handlers, found, strict=True)
     )
     return Resolved(tuple(keys), tuple(handlers), found)

@@ -211,6 +211,15 @@ class Interceptor(Handler[E]):
             return outcome
         return outer.align_branch(outcome, statics)
 
+    def stacks_in_program_order(self) -> bool:
+        outer = self._reached()
+        return outer is not None and outer.stacks_in_program_order()
+
+    def check_absorb(self, outcome: Outcome) -> None:
+        outer = self._reached()
+        if outer is not None:
+            outer.check_absorb(outcome)
+
     def differentiates(self) -> bool:
         outer = self._reached()
         return outer is not None and outer.differentiates()

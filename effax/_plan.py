@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import jax
 
 from ._effect import Effect
-from ._protocol import Export, Fields, Handler
+from ._protocol import Export, Fields, Handler, fields_of
 
 __all__ = ["Plan", "Slot"]
 
@@ -76,7 +76,8 @@ class Plan:
     def of(cls, handlers: Sequence[Handler[Any]], exports: Sequence[Export]) -> Plan:
         """The plan of plumbing `handlers`, which exported `exports`."""
         return cls(
-            (h.effect, type(h), h.fields, e.static) for h, e in zip(handlers, exports, strict=True)
+            (h.effect, type(h), fields_of(h), e.static)
+            for h, e in zip(handlers, exports, strict=True)
         )
 
     @property

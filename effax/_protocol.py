@@ -11,7 +11,8 @@ effect works everywhere the built-in ones do.
 from __future__ import annotations
 
 import abc
-from collections.abc import Hashable, Sequence
+import operator
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NamedTuple, NoReturn, TypeVar
 
 from . import _context, _trace
@@ -20,7 +21,16 @@ from ._errors import EffectLeakError, EffectTypeError
 if TYPE_CHECKING:
     from ._effect import Effect
 
-__all__ = ["BatchPolicy", "Export", "Fields", "Handler", "Outcome", "check_home", "home_of"]
+__all__ = [
+    "BatchPolicy",
+    "Export",
+    "Fields",
+    "Handler",
+    "Outcome",
+    "check_home",
+    "fields_of",
+    "home_of",
+]
 
 H = TypeVar("H", bound="Handler[Any]")
 E = TypeVar("E", bound="Effect[Any]")
@@ -88,7 +98,9 @@ class Outcome(NamedTuple):
 
     """
 
-    static: Hashable = None
+    # Any, as `rebuild`'s `static` is: what a handler sends out is for its own
+    # class's `absorb` to read (a count, a tuple of names), and only it knows what
+    static: Any = None
     carry: PyTree = None
     values: PyTree = None
 
@@ -312,6 +324,20 @@ class Handler(abc.ABC, Generic[E]):
         class overrides `batch_absorb`."""
         return type(self).overrides("batch_absorb")
 
+    def stacks_in_program_order(self) -> bool:
+        """Whether a loop that runs its steps in reverse (``effax.scan(...,
+        reverse=True)``) gives this handler its per-step values in the order the
+        steps ran (a tap recorder: taps in program order), rather than indexed like
+        the loop's `xs` (the default, as `lax.scan` stacks them: an emit)."""
+        return False
+
+    def check_absorb(self, outcome: Outcome) -> None:
+        """Refuse `outcome` (raise) before anything is absorbed, if it cannot be:
+        asked of every handler a region writes back into before any of them
+        absorbs, so a refused outcome leaves every handler as it was. By default,
+        every outcome is accepted (a tap replacer refuses a count of taps past its
+        rows)."""
+
     def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
         """Inside one branch of an `effax.cond` / `effax.switch` whose branches sent
         out different static outcomes (`statics`, one per branch, None for a branch
@@ -351,15 +377,22 @@ class Handler(abc.ABC, Generic[E]):
         respect to the perturbations (called on the handler outside the call)."""
         raise NotImplementedError
 
-    @property
-    def fields(self) -> Fields | None:
-        """The attributes that cross a traced boundary (see :class:`effax.Fields`),
-        or `None` if the handler overrides `export`, `outcome` and `absorb`."""
-        return None
+    if not TYPE_CHECKING:
+        # Declared at run time only. A subclass sets `fields` as a class attribute
+        # (`fields = effax.Fields(...)`) or defines it as a property, and no
+        # declaration here lets both type-check under mypy and pyright alike (mypy
+        # refuses a read-only property over an attribute, pyright any attribute over
+        # a property), so the checkers see only the subclass's own; effax reads it
+        # through `fields_of`.
+        @property
+        def fields(self) -> Fields | None:
+            """The attributes that cross a traced boundary (see :class:`effax.Fields`),
+            or `None` if the handler overrides `export`, `outcome` and `absorb`."""
+            return None
 
     def export(self) -> Export:
         """What goes into a traced region (derived from `fields` unless overridden)."""
-        f = self.fields
+        f = fields_of(self)
         if f is None:
             _no_fields(self, "export")
         return Export(
@@ -378,7 +411,7 @@ class Handler(abc.ABC, Generic[E]):
 
         Derived from `fields` unless overridden: the carry and the values, no static.
         """
-        f = self.fields
+        f = fields_of(self)
         if f is None:
             _no_fields(self, "outcome")
         return Outcome(
@@ -394,7 +427,7 @@ class Handler(abc.ABC, Generic[E]):
         steps), or `None` where it is not known at trace time (`while_loop`).
         Derived from `fields` unless overridden (see :class:`effax.Fields`).
         """
-        f = self.fields
+        f = fields_of(self)
         if f is None:
             _no_fields(self, "absorb")
         if f.advance is not None and type(outcome.static) is int and steps is not None:
@@ -427,7 +460,7 @@ class Handler(abc.ABC, Generic[E]):
 
         Derived from `fields` unless overridden: the carry (a `State`'s value).
         """
-        f = self.fields
+        f = fields_of(self)
         if f is None:
             _no_fields(self, "snapshot")
         return None if f.carry is None else getattr(self, f.carry)
@@ -441,7 +474,7 @@ class Handler(abc.ABC, Generic[E]):
     def restore(self, snapshot: PyTree) -> None:
         """Write back what `snapshot` returned (checked by `effax.restore` to have
         the structure, shapes and dtypes of the current one)."""
-        f = self.fields
+        f = fields_of(self)
         if f is None or f.carry is None:
             _no_fields(self, "restore")
         setattr(self, f.carry, snapshot)
@@ -453,6 +486,11 @@ class Handler(abc.ABC, Generic[E]):
 
     def __exit__(self, *exc_info: object) -> None:
         _context.exit_block(self)
+
+
+# `handler.fields`, typed: `Handler` declares `fields` to the type checkers only
+# through the subclass that sets it (see `Handler.fields`)
+fields_of: Callable[[Handler[Any]], Fields | None] = operator.attrgetter("fields")
 
 
 def home_of(handler: Handler[Any]) -> _trace.TraceRef | None:

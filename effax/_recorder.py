@@ -92,6 +92,7 @@ class Recorder(TapHandler[T]):
 
     def tap(self, site: str, value: Any) -> Any:
         if matches(self.patterns, site):
+            _entries.check_array(self.effect, site, value, "record() records")
             self.effect.check_store(self, value)
             self._recorded.append(Entry(site, (), tuple(np.shape(value)), value, None))
         return value
@@ -99,6 +100,9 @@ class Recorder(TapHandler[T]):
     def clear(self) -> None:
         """Forget what was recorded so far (e.g. after logging it)."""
         self._recorded.clear()
+
+    def stacks_in_program_order(self) -> bool:
+        return True  # taps stack in the order they were made
 
     @property
     def value(self) -> dict[str, Any]:
@@ -115,11 +119,13 @@ class Recorder(TapHandler[T]):
         return Outcome(static=static, values=values)
 
     def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
-        if outcome.static:  # (None: a while_loop, where nothing is recorded)
+        # (no static: a while_loop, which records nothing; no values: a loop of
+        # no steps, which recorded nothing)
+        if outcome.static and outcome.values is not None:
             self._recorded.append((outcome.static, outcome.values, False))
 
     def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
-        if outcome.static:
+        if outcome.static and outcome.values is not None:
             self._recorded.append((outcome.static, outcome.values, True))
 
     def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
@@ -145,7 +151,7 @@ class GradientRecorder(Recorder[T]):
     # entries are the tapped values, to size the perturbations), "perturb" (the
     # differentiated run: taps add `eps`, the entries are flags marking the taps
     # that happened), "batched" (inside a batched region inside the call: refused).
-    __slots__ = ("carried", "counters", "eps", "mode", "rows", "sites")
+    __slots__ = ("carried", "counters", "eps", "mode", "raw", "rows", "sites")
 
     def __init__(
         self,
@@ -155,9 +161,13 @@ class GradientRecorder(Recorder[T]):
         sites: tuple[str, ...] = (),
         eps: tuple[Any, ...] = (),
         counters: tuple[Any, ...] = (),
+        raw: bool = False,
     ) -> None:
         super().__init__(effect, patterns)
         self.mode = mode
+        # (collect mode) whether a raw jax.grad lies between it and the handler it
+        # was rebuilt from: a matching tap here is one it cannot differentiate
+        self.raw = raw
         self.sites = sites
         self.eps = eps
         self.counters = list(counters)
@@ -172,8 +182,15 @@ class GradientRecorder(Recorder[T]):
         if not matches(self.patterns, site):
             return value
         if self.mode == "collect":
-            self._check_not_differentiated(site, value)
+            if self.raw or self._differentiated(value):
+                raise EffectUsageError(
+                    f"Tap site {site!r} ({self.effect!r}) was tapped under a JAX "
+                    "transformation inside its gradients() handler (e.g. a raw jax.grad), "
+                    "whose gradients it cannot see. Differentiate with effax.grad or "
+                    "effax.value_and_grad, which give it the gradient at each site."
+                )
             return value
+        _entries.check_array(self.effect, site, value, "gradients() differentiates")
         if not jnp.issubdtype(jnp.result_type(value), jnp.inexact):
             raise EffectTypeError(
                 f"Tap site {site!r} ({self.effect!r}) has a value of dtype "
@@ -197,19 +214,17 @@ class GradientRecorder(Recorder[T]):
         self.entries.append(Entry(site, (), (), jnp.ones((), bool), None))
         return value + eps
 
-    def _check_not_differentiated(self, site: str, value: Any) -> None:
-        """Refuse a tap that a JAX transformation inside the handler traces (a raw
-        ``jax.grad``): it would record nothing, silently."""
+    def _differentiated(self, value: Any = None) -> bool:
+        """Whether a JAX transformation inside the handler (a raw ``jax.grad``)
+        traces this point (`value`, a tap's, holds its tracers; without one, a
+        differentiating trace lies between)."""
         ref = _context.installed_at(self.effect, self)
         if ref is None or ref is _trace.current_trace_ref():
-            return
-        if _trace.foreign_tracers(jax.tree.leaves(value), _context.home_trace(ref)):
-            raise EffectUsageError(
-                f"Tap site {site!r} ({self.effect!r}) was tapped under a JAX "
-                "transformation inside its gradients() handler (e.g. a raw jax.grad), "
-                "whose gradients it cannot see. Differentiate with effax.grad or "
-                "effax.value_and_grad, which give it the gradient at each site."
-            )
+            return False
+        home = _context.home_trace(ref)
+        if value is None:
+            return _trace.transformed_between(home, "differentiating")
+        return _trace.foreign_tracers(jax.tree.leaves(value), home)
 
     # --- effax.grad's hooks (see `Handler.differentiates`)
 
@@ -264,6 +279,9 @@ class GradientRecorder(Recorder[T]):
         if self.mode == "perturb":
             static = ("perturb", self.patterns, self.sites)
             return Export(static=static, const=self.eps, carry=tuple(self.counters))
+        if self.mode == "collect":
+            raw = self.raw or self._differentiated()
+            return Export(static=(self.mode, self.patterns, raw))
         return Export(static=(self.mode, self.patterns))
 
     @classmethod
@@ -272,7 +290,7 @@ class GradientRecorder(Recorder[T]):
     ) -> GradientRecorder[Any]:
         if static[0] == "perturb":
             return cls(effect, static[1], "perturb", static[2], tuple(const), tuple(carry))
-        return cls(effect, static[1], static[0])
+        return cls(effect, static[1], static[0], raw=static[0] == "collect" and static[2])
 
     def outcome(self, *, carry_required: bool) -> Outcome:
         static, values = _entries.entries_outcome(self.entries)
@@ -289,15 +307,18 @@ class GradientRecorder(Recorder[T]):
         if self.mode == "perturb":
             static, rows = static if static is not None else (None, None)
             if outcome.carry is not None:  # (None: passed through, no site tapped)
-                counters = [k if _trace.is_tracer(k) else int(k) for k in outcome.carry]
-                _entries.check_counts(self.effect, self.sites, counters, rows, "perturbation")
-                self.counters = counters
+                self.counters = [k if _trace.is_tracer(k) else int(k) for k in outcome.carry]
             if isinstance(rows, tuple):
                 self.rows = [
                     r if r is not None else n for r, n in zip(rows, self.rows, strict=True)
                 ]
-        if static is not None:
+        if static and outcome.values is not None:
             self.entries.extend(_entries.absorbed(static, outcome.values))
+
+    def check_absorb(self, outcome: Outcome) -> None:
+        static: Any = outcome.static
+        if self.mode == "perturb" and outcome.carry is not None and static is not None:
+            _entries.check_counts(self.effect, self.sites, outcome.carry, static[1], "perturbation")
 
     def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
         if self.mode in ("perturb", "probe"):
@@ -306,7 +327,7 @@ class GradientRecorder(Recorder[T]):
         return self.export(), None
 
     def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
-        if outcome.static is not None and outcome.carry is None:
+        if outcome.static and outcome.values is not None and outcome.carry is None:
             self.entries.extend(_entries.batch_absorbed(outcome.static, outcome.values))
 
     def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:

@@ -117,6 +117,8 @@ class Tap(Effect["TapHandler[T]"], Generic[T]):
                     f"{type(site).__name__}: {site!r}."
                 )
         values = tuple(_as_array(self, site, replacements[site]) for site in sites)
+        # a Python number replaces a site of its kind, cast to the site's dtype
+        kinds = tuple(type(v).__name__ if type(v) in _NUMBER_KINDS else None for v in values)
         masks = tuple(
             _mask(self, site, (where or {}).get(site), v)
             for site, v in zip(sites, values, strict=True)
@@ -127,7 +129,9 @@ class Tap(Effect["TapHandler[T]"], Generic[T]):
                 f"{self!r}.replace(..., where=...) masks sites that are not replaced: "
                 f"{sorted(unknown)}. Give each masked site a replacement."
             )
-        return Replacer(self, sites=sites, values=values, masks=masks, counters=(0,) * len(sites))
+        return Replacer(
+            self, sites=sites, values=values, masks=masks, kinds=kinds, counters=(0,) * len(sites)
+        )
 
     def gradients(self, *patterns: str) -> GradientRecorder[T]:
         """Under `effax.grad` / `effax.value_and_grad`: ``hs[acts]`` is, for each
@@ -161,6 +165,16 @@ def _as_array(effect: Tap[Any], site: str, value: Any) -> Any:
             f"but got {type(value).__name__}: {value!r}."
         )
     return value
+
+
+# Which site dtypes a Python number of each kind may replace (cast to the dtype).
+_NUMBER_KINDS: dict[type, Callable[[Any], bool]] = {
+    bool: lambda dtype: dtype == jnp.bool_,
+    int: lambda dtype: jnp.issubdtype(dtype, jnp.number),
+    float: lambda dtype: jnp.issubdtype(dtype, jnp.inexact),
+    complex: lambda dtype: jnp.issubdtype(dtype, jnp.complexfloating),
+}
+_KIND_OF = {kind.__name__: accepts for kind, accepts in _NUMBER_KINDS.items()}
 
 
 def _mask(effect: Tap[Any], site: str, mask: Any, value: Any) -> Any:
@@ -210,7 +224,7 @@ class Replacer(TapHandler[T]):
     function ``fn(site, value)``, it is static (its identity is in the cache key).
     """
 
-    __slots__ = ("counters", "fn", "masks", "rows", "sites", "values")
+    __slots__ = ("counters", "fn", "kinds", "masks", "rows", "sites", "values")
 
     def __init__(
         self,
@@ -220,6 +234,7 @@ class Replacer(TapHandler[T]):
         sites: tuple[str, ...] = (),
         values: tuple[Any, ...] = (),
         masks: tuple[Any, ...] = (),
+        kinds: tuple[str | None, ...] = (),
         counters: tuple[Any, ...] = (),
         rows: tuple[Any, ...] = (),
     ) -> None:
@@ -228,6 +243,8 @@ class Replacer(TapHandler[T]):
         self.sites = sites
         self.values = values
         self.masks = masks or (None,) * len(sites)
+        # per site: the kind of Python number its replacement is (None: an array)
+        self.kinds = kinds or (None,) * len(sites)
         # Per site: how many times it was tapped, and how many rows its replacement
         # has (-1: one value for every tap, or not tapped yet). Both cross compiled
         # regions as int32 carries, so that a tap past the last row, which compiled
@@ -242,6 +259,7 @@ class Replacer(TapHandler[T]):
 
     def tap(self, site: str, value: Any) -> Any:
         if self.fn is not None:
+            _entries.check_array(self.effect, site, value, "replace(fn) replaces")
             replaced = self.fn(site, value)
             _entries.check_alike(self.effect, site, value, replaced, "replace(fn) returned a value")
             return replaced
@@ -249,10 +267,19 @@ class Replacer(TapHandler[T]):
             i = self.sites.index(site)
         except ValueError:
             return value
+        _entries.check_array(self.effect, site, value, "replace() replaces")
         k = self.counters[i]
         out, rows = _entries.take(self.effect, site, value, self.values[i], k, "replacement")
-        if isinstance(out, (bool, int, float, complex)):
-            out = jnp.asarray(out, jnp.result_type(value))
+        kind = self.kinds[i]
+        if kind is not None:  # a Python number (weakly typed once compiled)
+            dtype = jnp.result_type(value)
+            if not _KIND_OF[kind](dtype):
+                raise EffectTypeError(
+                    f"Tap site {site!r} ({self.effect!r}) has a value of dtype {dtype}, but "
+                    f"its replacement is a Python {kind}, which would change its kind. "
+                    f"Give a value of dtype {dtype}."
+                )
+            out = jnp.asarray(out, dtype)
         _entries.check_alike(self.effect, site, value, out, "its replacement is")
         if self.masks[i] is not None:
             mask, _ = _entries.take(self.effect, site, value, self.masks[i], k, "replacement")
@@ -271,7 +298,7 @@ class Replacer(TapHandler[T]):
             return Export(static=("fn", self.fn))
         const = (self.values, self.masks)
         carry = (tuple(self.counters), tuple(self.rows))
-        return Export(static=("map", self.sites), const=const, carry=carry)
+        return Export(static=("map", self.sites, self.kinds), const=const, carry=carry)
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Replacer[Any]:
@@ -281,6 +308,7 @@ class Replacer(TapHandler[T]):
         return cls(
             effect,
             sites=static[1],
+            kinds=static[2],
             values=tuple(values),
             masks=tuple(masks),
             counters=tuple(counters),
@@ -301,5 +329,9 @@ class Replacer(TapHandler[T]):
         counters, rows = (
             [k if _trace.is_tracer(k) else int(k) for k in part] for part in outcome.carry
         )
-        _entries.check_counts(self.effect, self.sites, counters, rows, "replacement")
         self.counters, self.rows = counters, rows
+
+    def check_absorb(self, outcome: Outcome) -> None:
+        if self.fn is None and outcome.carry is not None:
+            counters, rows = outcome.carry
+            _entries.check_counts(self.effect, self.sites, counters, rows, "replacement")

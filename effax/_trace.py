@@ -9,11 +9,9 @@ effax needs three facts that JAX does not expose publicly:
 
 Everything else in effax is written against the small API below. The module
 self-tests at import: if a future JAX changes these internals, importing effax
-fails with a message naming the installed version and the supported range,
-instead of silently misclassifying a trace (which would let a stale constant
-through ``jax.jit``).
-
-Checked on jax 0.10.2 (Python 3.11) and 0.12.0.1 (Python 3.12).
+fails with a message naming the installed version and the supported range, instead
+of silently misclassifying a trace (which would let a stale constant through
+``jax.jit``). Checked on jax 0.10.2 (Python 3.11), 0.11.2 and 0.12.0.1 (3.12).
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import config as _config, core as _core, traceback_util as _traceback_util
-from jax._src.interpreters import batching as _batching, partial_eval as _pe
+from jax._src.interpreters import ad as _ad, batching as _batching, partial_eval as _pe
 from jax._src.lax import lax as _lax
 
 __all__ = [
@@ -39,7 +37,6 @@ __all__ = [
     "Trace",
     "TraceRef",
     "batched_here",
-    "batching_between",
     "current_trace_ref",
     "custom_rule_traced",
     "evaluating",
@@ -55,6 +52,7 @@ __all__ = [
     "reachability",
     "stagings_between",
     "trace_state",
+    "transformed_between",
     "under",
     "varying_axes",
     "weakly_typed",
@@ -77,6 +75,7 @@ _trace_state = _core.trace_state
 trace_state: Final = _trace_state
 _Staging = _pe.DynamicJaxprTrace
 _Batching = _batching.BatchTrace
+_Differentiating = (_ad.JVPTrace, _ad.LinearizeTrace)
 _Tracer = _core.Tracer
 _EvalTrace = _core.EvalTrace
 
@@ -160,13 +159,15 @@ def _lineage() -> Iterator[Trace]:
         trace = getattr(trace, "parent_trace", None)
 
 
-def batching_between(set_ref: TraceRef) -> bool:
-    """Whether a batching trace (``jax.vmap``) lies between the current trace
-    (inclusive) and the trace of ``set_ref`` (exclusive)."""
+def transformed_between(set_ref: TraceRef, kind: Literal["batching", "differentiating"]) -> bool:
+    """Whether a batching trace (``jax.vmap``), or a differentiating one
+    (``jax.grad``, ``jax.jvp``), lies between the current trace (inclusive) and the
+    trace of ``set_ref`` (exclusive)."""
+    traces = _Batching if kind == "batching" else _Differentiating
     for trace in _ancestors(_trace_ctx.trace):
         if trace._weakref is set_ref:
             return False
-        if isinstance(trace, _Batching):
+        if isinstance(trace, traces):
             return True
     return False
 

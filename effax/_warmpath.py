@@ -68,7 +68,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _trace
-from ._protocol import Fields, Handler, Outcome
+from ._protocol import Fields, Handler, Outcome, fields_of
 
 if TYPE_CHECKING:
     from ._plan import Plan
@@ -268,7 +268,7 @@ def warm_key_of(handler: Handler[Any]) -> Hashable:
     """What the warm path's code depends on of `handler`: its fields (or, for one
     that forwards, its delegate's class and fields)."""
     target, _ = delegate(handler)
-    return handler.fields if target is handler else (type(target), target.fields)
+    return fields_of(handler) if target is handler else (type(target), fields_of(target))
 
 
 def _inline_fields(cls: type[Handler[Any]], fields: Fields | None, method: str) -> Fields | None:
@@ -313,7 +313,7 @@ def _reads(
         direct = target is handler
         f = _inline_fields(slot.cls, slot.fields, "export") if direct else None
         if not direct:
-            f = _inline_fields(type(target), target.fields, "export")
+            f = _inline_fields(type(target), fields_of(target), "export")
         static_expr: str | None
         if f is None:
             body.append(f"_fxe{i} = {h}.export()")
@@ -342,6 +342,9 @@ def _writes(
     `Handler.absorb` does with it, for steps=1), and how many output parts the
     program returns."""
     writes: list[str] = []
+    # `Handler.check_absorb` of the handlers that refuse some outcomes, every one
+    # asked before anything is written
+    refusals: list[str] = []
     n_parts = 0
     for i, (handler, (static, has_carry, has_values)) in enumerate(
         zip(handlers, layout, strict=True)
@@ -353,13 +356,18 @@ def _writes(
         if has_values:
             values, n_parts = f"_fxc{n_parts}", n_parts + 1
         target, _ = delegate(handler)
-        f = _inline_fields(type(target), target.fields, "absorb")
+        f = _inline_fields(type(target), fields_of(target), "absorb")
+        refuses = type(target).overrides("check_absorb")
+        if refuses or (f is None and (static is not None or has_carry or has_values)):
+            t = code.constant(static, f"_fxO{i}")
+            if "_fxOutcome" not in code.names:
+                code.constant(Outcome, "_fxOutcome")
+            outcome = f"_fxOutcome({t}, {carry}, {values})"
+            if refuses:
+                refusals.append(f"{h}.check_absorb({outcome})")
+            if f is None:
+                writes.append(f"{h}.absorb({outcome}, steps=1)")
         if f is None:
-            if static is not None or has_carry or has_values:
-                t = code.constant(static, f"_fxO{i}")
-                if "_fxOutcome" not in code.names:
-                    code.constant(Outcome, "_fxOutcome")
-                writes.append(f"{h}.absorb(_fxOutcome({t}, {carry}, {values}), steps=1)")
             continue
         if f.advance is not None and type(static) is int:
             if static:
@@ -368,7 +376,7 @@ def _writes(
             writes.append(f"{h}.{f.carry} = {carry}")
         if f.values is not None and has_values:
             writes.append(f"{h}.{f.values}.extend({values})")
-    return writes, n_parts
+    return refusals + writes, n_parts
 
 
 def _call(form: Form, inputs: Sequence[str]) -> list[str]:

@@ -51,8 +51,10 @@ def check_writes(
     handlers: Sequence[Handler[Any]], outcomes: Sequence[Outcome], homes: Sequence[Home | None]
 ) -> None:
     """Refuse (before anything is absorbed) outcomes that would leave a tracer in a
-    handler installed under an outer trace: it could not outlive its trace."""
+    handler installed under an outer trace: it could not outlive its trace; and
+    those a handler refuses itself (`Handler.check_absorb`)."""
     for handler, outcome, home in zip(handlers, outcomes, homes, strict=True):
+        handler.check_absorb(outcome)
         if home is None:
             continue
         written = (outcome.carry, outcome.values)

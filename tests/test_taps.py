@@ -422,9 +422,12 @@ def test_a_failed_call_leaves_the_recording_as_it_was():
 
 def test_none_values_and_two_tap_effects_and_threads():
     with acts.record() as r, other.record() as o:
-        acts.tap("none", None)
+        with pytest.raises(fx.EffectTypeError, match=r"'none'.*NoneType.*record\(\) records"):
+            acts.tap("none", None)
         other.tap("x", F32(2))
-    assert r.value == {"none": None} and float(o.value["x"]) == 2
+    assert r.value == {} and float(o.value["x"]) == 2
+    with acts.ignore():  # taps off: any value passes
+        assert acts.tap("none", None) is None
 
     results = {}
 
