@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.typing import ArrayLike
 
 from . import _eager, _trace
 from ._arguments import (
@@ -51,23 +50,8 @@ X = TypeVar("X")
 Y = TypeVar("Y")
 R = TypeVar("R")
 
-# A loop carry given as a Python scalar (`0.0`, `0`) is an array inside the loop
-# and after it, as in `jax.lax`'s loops: the loops' first overloads say so (the body
-# takes and returns arrays), so that `lambda x: x + effax.random.uniform()` over
-# `0.0` type-checks; the second are `jax.lax`'s signatures, one carry type `C`.
-PyScalar = bool | int | float | complex
 
-
-@overload
-def scan(
-    f: Callable[[jax.Array, X], tuple[ArrayLike, Y]],
-    init: PyScalar,
-    xs: X | None = None,
-    length: int | None = None,
-    reverse: bool = False,
-    unroll: int | bool = 1,
-) -> tuple[jax.Array, Y]: ...
-@overload
+@_trace.api_boundary
 def scan(
     f: Callable[[C, X], tuple[C, Y]],
     init: C,
@@ -75,16 +59,7 @@ def scan(
     length: int | None = None,
     reverse: bool = False,
     unroll: int | bool = 1,
-) -> tuple[C, Y]: ...
-@_trace.api_boundary
-def scan(
-    f: Callable[[Any, Any], tuple[Any, Any]],
-    init: Any,
-    xs: Any = None,
-    length: int | None = None,
-    reverse: bool = False,
-    unroll: int | bool = 1,
-) -> tuple[Any, Any]:
+) -> tuple[C, Y]:
     """`jax.lax.scan` that plumbs the handlers around the call through the loop.
 
     States are part of the carry, key streams draw the keys a Python loop would,
@@ -167,16 +142,7 @@ def _map(fns: list[Any], options: None, xs: Any) -> Any:
     return ys
 
 
-@overload
-def fori_loop(
-    lower: int | jax.Array,
-    upper: int | jax.Array,
-    body_fun: Callable[[Any, jax.Array], ArrayLike],
-    init_val: PyScalar,
-    *,
-    unroll: int | bool | None = None,
-) -> jax.Array: ...
-@overload
+@_trace.api_boundary
 def fori_loop(
     lower: int | jax.Array,
     upper: int | jax.Array,
@@ -184,16 +150,7 @@ def fori_loop(
     init_val: C,
     *,
     unroll: int | bool | None = None,
-) -> C: ...
-@_trace.api_boundary
-def fori_loop(
-    lower: int | jax.Array,
-    upper: int | jax.Array,
-    body_fun: Callable[[Any, Any], Any],
-    init_val: Any,
-    *,
-    unroll: int | bool | None = None,
-) -> Any:
+) -> C:
     """`jax.lax.fori_loop` that plumbs handlers through.
 
     With Python-int bounds it is an `effax.scan` (emits are stacked per step, the
@@ -220,17 +177,17 @@ def fori_loop(
         concrete = False
     if concrete:
         options = (lo, hi, jnp.result_type(lower, upper), 1 if unroll is None else unroll)
-        return _eager.run(_fori, [body_fun], options, init_val)
+        return _eager.run(_fori, [body_fun], options, init_val)  # type: ignore[no-any-return]
 
-    def cond_fun(state: tuple[Any, Any]) -> Any:
+    def cond_fun(state: tuple[Any, C]) -> Any:
         return state[0] < upper
 
-    def body(state: tuple[Any, Any]) -> tuple[Any, Any]:
+    def body(state: tuple[Any, C]) -> tuple[Any, C]:
         i, value = state
         return i + 1, body_fun(i, value)
 
     _, final = _while([cond_fun, body], None, (jnp.asarray(lower), init_val))
-    return final
+    return final  # type: ignore[no-any-return]
 
 
 def _fori(fns: list[Any], options: Any, init_val: Any) -> Any:
@@ -245,18 +202,8 @@ def _fori(fns: list[Any], options: Any, init_val: Any) -> Any:
     return final
 
 
-@overload
-def while_loop(
-    cond_fun: Callable[[jax.Array], Any],
-    body_fun: Callable[[jax.Array], ArrayLike],
-    init_val: PyScalar,
-) -> jax.Array: ...
-@overload
-def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_val: C) -> C: ...
 @_trace.api_boundary
-def while_loop(
-    cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any
-) -> Any:
+def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_val: C) -> C:
     """`jax.lax.while_loop` that plumbs handlers through.
 
     The trip count is not known at trace time, so key counters come out as traced
@@ -278,7 +225,7 @@ def while_loop(
     check_callable(cond_fun, "cond_fun", "effax.while_loop")
     check_callable(body_fun, "body_fun", "effax.while_loop")
     check_traceable(init_val, "init_val", "effax.while_loop")
-    return _eager.run(_while, [cond_fun, body_fun], None, init_val)
+    return _eager.run(_while, [cond_fun, body_fun], None, init_val)  # type: ignore[no-any-return]
 
 
 def _while(fns: list[Any], options: None, init_val: Any) -> Any:
