@@ -85,7 +85,7 @@ class EffectUsageError(EffectError, ValueError):
     ...         effax.while_loop(lambda x: x < 3, lambda x: (log.emit(x), x + 1)[1], 0.0)
     ...     except effax.EffectUsageError as e:
     ...         print(str(e)[:60])
-    Emit('log') emitted values inside effax.while_loop, whose tr
+    Emit('log') sent out values (emitted, or recorded taps) insi
 
     """
 
