@@ -3,12 +3,16 @@ emitted, and `Discarder`, which drops it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 import attrs
+import jax
+import jax.numpy as jnp
 
 from . import _trace
 from ._effect import Effect
+from ._errors import EffectUsageError
 from ._protocol import Fields, Handler, PyTree
 
 __all__ = ["Collector", "Discarder", "Emit"]
@@ -97,9 +101,71 @@ class Collector(Handler[Emit[T]]):
         """Forget the values collected so far (e.g. after logging them)."""
         self.values.clear()
 
+    def take(self) -> list[T]:
+        """The values collected so far, forgetting them: a collector installed once
+        around a training loop gives each step's values with ``take()`` after it.
+
+        **Example:**
+
+        >>> import effax
+        >>> log = effax.Emit[int]("log")
+        >>> with log.collect() as collector:
+        ...     for step in range(2):
+        ...         log.emit(step)
+        ...         log.emit(10 * step)
+        ...         print(collector.take())
+        [0, 0]
+        [1, 10]
+
+        """
+        values = list(self.values)
+        self.values.clear()
+        return values
+
+    def stacked(self) -> Any:
+        """The values collected so far as one pytree, stacked along a new leading
+        axis: values of one structure stack leaf by leaf; dicts with different keys
+        (e.g. one key per emit site) merge into one dict, each key stacking the
+        values that have it. (Values emitted in an `effax.scan` are already stacked
+        per step: each is one entry here.) Refuses values of different structures.
+
+        **Example:**
+
+        >>> import jax.numpy as jnp, effax
+        >>> metrics = effax.Emit[dict]("metrics")
+        >>> with metrics.collect() as collector:
+        ...     metrics.emit({"loss": jnp.float32(1)})
+        ...     metrics.emit({"loss": jnp.float32(0.5), "acc": jnp.float32(0.75)})
+        >>> {k: v.tolist() for k, v in collector.stacked().items()}
+        {'loss': [1.0, 0.5], 'acc': [0.75]}
+
+        """
+        return stack(self.effect, self.values)
+
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Collector[T]:
         return cls(effect)
+
+
+def stack(effect: Emit[Any], values: list[Any]) -> Any:
+    """`Collector.stacked` of `values`, emitted to `effect`."""
+    if not values:
+        raise EffectUsageError(
+            f"{effect!r} collected no values, so there is nothing to stack (the "
+            "structure of a stack of none is unknown)."
+        )
+    if all(isinstance(v, Mapping) for v in values):
+        keys = list(dict.fromkeys(k for v in values for k in v))
+        return {k: stack(effect, [v[k] for v in values if k in v]) for k in keys}
+    structures = {jax.tree.structure(v) for v in values}
+    if len(structures) > 1:
+        raise EffectUsageError(
+            f"{effect!r} collected values of different structures ("
+            + ", ".join(sorted(map(str, structures)))
+            + "), which do not stack into one array per leaf. Stack each kind "
+            "separately, or emit one structure (dicts with different keys merge)."
+        )
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *values)
 
 
 @attrs.define(eq=False)
