@@ -119,9 +119,10 @@ def check_module(
     api: CheckerPluginInterface, modules: Mapping[str, MypyFile], call: Context
 ) -> None:
     """Rules 1 and 2 at module level: what `call` performs with no handler around it
-    is reported (`UNHANDLED`); `call` may also be a property read. Each call is checked
-    once, from its own hook, against the handlers around it, found in one walk per
-    module: linear in the module's length. A call no hook sees (`effax.jit(f)(x)`) is
+    is reported (`UNHANDLED`), but for `Ask`s declared with a default (which answer
+    where no handler is installed); `call` may also be a property read. Each call is
+    checked once, from its own hook, against the handlers around it, found in one
+    walk per module: linear in the module's length. A call no hook sees (`effax.jit(f)(x)`) is
     checked by the walk and reported from the hooks of the calls inside it. Class
     bodies run at module level too."""
     stack = scope_stack(api)
@@ -135,8 +136,10 @@ def check_module(
     walked = _WALKED.get(module.fullname)
     if walked is None or walked.module is not module:
         walked = _WALKED[module.fullname] = _walk(modules, module)
+    # an Ask with a default needs no handler: `ask()` answers the default
+    unanswered = walked.analysis.without_defaults
     for node, missing, who in walked.pending.get(id(call), ()):
-        report_unhandled(api, node, missing, who)
+        report_unhandled(api, node, unanswered(missing), who)
     if id(call) not in walked.around:
         return  # not reached by the walk: a lambda counted where it is called
     handled = walked.around[id(call)]
@@ -149,7 +152,7 @@ def check_module(
     if performed is None or handled is None:
         return
     row, who = performed
-    report_unhandled(api, call, row - handled, who)
+    report_unhandled(api, call, unanswered(row - handled), who)
 
 
 def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:

@@ -14,9 +14,10 @@ from mypy.nodes import (
 )
 from mypy.types import CallableType, ExtraAttrs, Instance, Type, get_proper_type
 
-from ._names import Row, is_effect_class, keyword, kind_of
+from ._names import Row, has_star, is_effect_class, keyword, kind_of
 
 __all__ = [
+    "DEFAULT",
     "Declaration",
     "EFFECT",
     "HANDLES",
@@ -42,6 +43,9 @@ STATIC: Final = "effax-static"  # on a static Ask's type
 
 
 TRACED: Final = "effax-traced"  # on a traced Ask's type
+
+
+DEFAULT: Final = "effax-default"  # on the type of an Ask declared with `default=`
 
 
 HANDLES: Final = "effax-handles"  # on a handler's type, with "effax-handles:<effect>"
@@ -107,6 +111,9 @@ class Declaration(NamedTuple):
     fullname: str
     kind: str | None  # one of `KINDS` ("Ask", ...), or None for other effects
     static: bool | None  # for an Ask: its `static=`; None where not known
+    # an Ask declared with `default=`: `ask()` answers it where no handler is installed,
+    # so it is never unhandled (it still counts in rows); False where not known
+    default: bool = False
 
 
 def declaration_of_type(typ: Type | None) -> Declaration | None:
@@ -118,7 +125,7 @@ def declaration_of_type(typ: Type | None) -> Declaration | None:
     if len(names) != 1:
         return None
     static = True if STATIC in marks else False if TRACED in marks else None
-    return Declaration(names[0], kind_of(proper.type), static)
+    return Declaration(names[0], kind_of(proper.type), static, DEFAULT in marks)
 
 
 def declaration_in(value: CallExpr, fullname: str) -> Declaration | None:
@@ -133,4 +140,12 @@ def declaration_in(value: CallExpr, fullname: str) -> Declaration | None:
     if flag is not None:
         literal = flag.fullname if isinstance(flag, NameExpr) else None
         static = {"builtins.True": True, "builtins.False": False}.get(literal or "")
-    return Declaration(fullname, kind_of(callee.node), static)
+    kind = kind_of(callee.node)
+    default = keyword(value, "default")
+    # `default=NO_DEFAULT` (effax's own sentinel) declares none; `**options` may hold
+    # one: taken as a default (so that nothing is reported unhandled for it)
+    given = has_star(value) or (
+        default is not None
+        and not (isinstance(default, RefExpr) and (default.fullname or "").endswith(".NO_DEFAULT"))
+    )
+    return Declaration(fullname, kind, static, kind == "Ask" and given)

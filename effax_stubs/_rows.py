@@ -94,6 +94,28 @@ class Analysis:
             return None
         return binding_in_module(module, name)
 
+    def without_defaults(self, row: Row) -> Row:
+        """`row` less the `Ask`s declared with `default=`, which need no handler: where
+        none is installed, `ask()` answers the default."""
+        return frozenset(name for name in row if not self.has_default(name))
+
+    def has_default(self, fullname: str) -> bool:
+        """Whether the effect declared as `fullname` is an `Ask` with a default: read
+        from its variable's type (from any module, and mypy's cache), or from its
+        declaration where mypy has not inferred that type yet."""
+        module_name, _, name = fullname.rpartition(".")
+        module = self.modules.get(module_name)
+        symbol = module.names.get(name) if module is not None else None
+        var = symbol.node if symbol is not None else None
+        if not isinstance(var, Var) or var.fullname != fullname:
+            return False
+        declaration = declaration_of_type(var.type)
+        if declaration is None:
+            value = self.module_binding(var)
+            if isinstance(value, CallExpr):
+                declaration = declaration_in(value, fullname)
+        return declaration is not None and declaration.default
+
     def value_of(self, expr: Expression) -> Expression | None:
         if not isinstance(expr, RefExpr) or not isinstance(expr.node, Var):
             return None

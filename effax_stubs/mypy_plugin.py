@@ -20,7 +20,9 @@ plugin). The plugin checks what types cannot say, with its own error codes:
   perform their bodies' rows) that needs an effect neither in the function's row nor
   handled by an enclosing ``with`` in the same function.
 - ``effax-unhandled``: the same at module level (scripts, ``if __name__ == "__main__":``
-  blocks), where no caller can install a handler.
+  blocks), where no caller can install a handler. An ``Ask`` declared with
+  ``default=`` is answered with no handler, so it is never reported there; it is
+  still performed, so it still belongs in rows (``effax-undeclared`` outside one).
 - ``effax-handler-type``: a handler given a value that its effect cannot carry
   although the types agree: an unhashable value for a ``static=True`` ``Ask``; a
   ``str`` or ``bytes`` for a traced ``Ask`` or a ``State`` (traced values cross
@@ -106,6 +108,7 @@ from mypy.types import CallableType, TupleType, Type, get_proper_type
 
 from ._calls import check_function, check_module, scope_stack
 from ._marks import (
+    DEFAULT,
     EFFECT,
     HANDLES,
     STATIC,
@@ -301,6 +304,8 @@ class EffaxPlugin(Plugin):
                     marks = {EFFECT + fullname}
                     if declaration.static is not None and declaration.kind == "Ask":
                         marks.add(STATIC if declaration.static else TRACED)
+                    if declaration.default:
+                        marks.add(DEFAULT)
                     result[0] = with_marks(ctx.default_return_type, marks)
                     var = statement.lvalues[0].node
                     if isinstance(var, Var) and not var.is_inferred and var.type is not None:

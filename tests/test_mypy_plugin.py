@@ -249,7 +249,7 @@ def test_incremental_runs_report_what_cold_runs_report(tmp_path, corpus_report, 
     cold = {p.relative_to(CORPUS): sorted(r) for p, r in corpus_report.items()}
     assert runs[0] == cold
     assert runs[1] == cold
-    for helper in ["mylib", "xmod.lib", "counters.effect", "trainer.layers"]:
+    for helper in ["mylib", "xmod.lib", "counters.effect", "trainer.layers", "askdefault.lib"]:
         assert f"Metadata fresh for {helper}:" in logs[1], helper
 
 

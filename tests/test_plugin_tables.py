@@ -13,8 +13,8 @@ from effax_stubs import _names
 
 # public members every effect inherits from `Effect`: neither operations nor makers
 _EFFECT_MEMBERS = {n for n in dir(effax.Effect) if not n.startswith("_")}
-# declaration attributes that are neither (Ask's `static` flag)
-_ATTRIBUTES = {"static"}
+# declaration attributes that are neither (Ask's `static` flag and `default`)
+_ATTRIBUTES = {"static", "default"}
 
 
 def _own_methods(kind):
@@ -96,3 +96,13 @@ def test_the_tables_cover_every_wrapper_of_a_function():
         if parameters and parameters[0] in _names.FUNCTION_NAMES:
             takers.add(name)
     assert takers - covered == set()
+
+
+def test_the_ask_keywords_the_plugin_reads_are_asks():
+    # `_marks.declaration_in` reads `static=` and `default=` (an Ask with a default is
+    # never unhandled) from a declaration's keywords, and `NO_DEFAULT` as no default
+    parameters = inspect.signature(effax.Ask).parameters
+    for name in ("static", "default"):
+        assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+    assert repr(parameters["default"].default) == "NO_DEFAULT"
+    assert effax.Ask[float]("t", default=0.5).default == 0.5
