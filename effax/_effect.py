@@ -155,7 +155,7 @@ class Effect(Generic[H]):
         self.check_store(handler, value)
         return handler
 
-    def outer_of(self, handler: Handler[Any]) -> Handler[Any]:
+    def outer_of(self, handler: Handler[Any]) -> H:
         """The handler of this effect that `handler` shadows (`Handler.outer`),
         checked for trace safety as `handler()` is: the next one outward in the
         installed chain, or the innermost one if `handler` is not installed here
@@ -172,7 +172,7 @@ class Effect(Generic[H]):
         if why is not None:
             _context.note_missing(self)
             raise_obstacle(self, why)
-        return outer
+        return outer  # type: ignore[return-value]
 
     def shadowed(
         self, handler: Handler[Any]

@@ -40,10 +40,13 @@ class Compiled(Protocol[P, R_co]):
     ``trace`` and ``lower`` stage the program the handlers installed at that moment
     would run (its handler values are explicit inputs and outputs) and return JAX's
     own ``jax.stages.Traced`` and ``jax.stages.Lowered``. Nothing runs and no handler
-    changes.
+    changes. ``__wrapped__`` is `fn` (as `functools.wraps` sets it).
     """
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    @property
+    def __wrapped__(self) -> Callable[P, R_co]: ...
 
     def trace(self, *args: P.args, **kwargs: P.kwargs) -> jax.stages.Traced: ...
 

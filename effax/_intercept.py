@@ -23,6 +23,9 @@ from ._protocol import BatchPolicy, Export, Handler, Outcome, PyTree
 __all__ = ["Interceptor", "intercept"]
 
 E = TypeVar("E", bound="Effect[Any]")
+# Covariant, as `Handler`'s parameter is: `outer` is typed through it.
+E_co = TypeVar("E_co", bound="Effect[Any]", covariant=True)
+H_out = TypeVar("H_out", bound=Handler[Any])
 
 # The operations an interceptor answers: ((name, fn), ...) sorted by name. Static:
 # part of a compiled call's cache key, compared by each function's identity.
@@ -38,7 +41,7 @@ class _Unreachable(NamedTuple):
     why: Any
 
 
-class Interceptor(Handler[E]):
+class Interceptor(Handler[E_co]):
     """The handler `effax.intercept` makes: answers the operations it names with
     ``fn(outer, *args)``, forwards every other operation to the handler outside it.
 
@@ -66,7 +69,7 @@ class Interceptor(Handler[E]):
     __slots__ = ("_ops", "_outer", "effect", "operations")
     forwards = True
 
-    def __init__(self, effect: E, operations: Operations, outer: Any = _NO_OUTER) -> None:
+    def __init__(self, effect: E_co, operations: Operations, outer: Any = _NO_OUTER) -> None:
         # It holds no arrays (its functions are static), so it may be installed
         # under any trace: it has no home trace to escape from.
         object.__setattr__(self, "_effax_home", None)
@@ -82,12 +85,12 @@ class Interceptor(Handler[E]):
         names = ", ".join(f"{name}=..." for name, _ in self.operations)
         return f"effax.intercept({self.effect!r}, {names})"
 
-    def outer(self) -> Handler[Any]:
+    def outer(self: Interceptor[Effect[H_out]]) -> H_out:
         outer = self._outer
         if outer is _NO_OUTER:
             return super().outer()
         if isinstance(outer, Handler):
-            return outer
+            return outer  # type: ignore[return-value]
         if isinstance(outer, _Unreachable):
             raise_obstacle(self.effect, outer.why)
         raise UnhandledEffectError(
@@ -104,7 +107,7 @@ class Interceptor(Handler[E]):
         outer = self._outer
         return isinstance(outer, Handler) and outer.reaches(handler)
 
-    def over(self, handler: Handler[Any]) -> Interceptor[E]:
+    def over(self, handler: Handler[Any]) -> Interceptor[E_co]:
         """This interceptor, forwarding to `handler` wherever it is installed (not to
         the handler outside it): how ``effax.handle(fn, cell, interceptor)`` chains
         the handlers it is given."""
@@ -228,7 +231,8 @@ class Interceptor(Handler[E]):
         self.outer().begin_probe()
 
     def perturbations(self) -> tuple[Hashable, tuple[Any, ...]]:
-        return self.outer().perturbations()
+        outer: Handler[Any] = self.outer()
+        return outer.perturbations()
 
     def perturb(self, eps: tuple[Any, ...], layout: Hashable) -> None:
         self.outer().perturb(eps, layout)
@@ -236,7 +240,8 @@ class Interceptor(Handler[E]):
     def with_cotangents(
         self, outcome: Outcome, layout: Hashable, cotangents: tuple[Any, ...]
     ) -> Outcome:
-        return self.outer().with_cotangents(outcome, layout, cotangents)
+        outer: Handler[Any] = self.outer()
+        return outer.with_cotangents(outcome, layout, cotangents)
 
     @property
     def value(self) -> Any:

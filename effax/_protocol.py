@@ -13,7 +13,17 @@ from __future__ import annotations
 import abc
 import operator
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NamedTuple, NoReturn, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    NamedTuple,
+    NoReturn,
+    Self,
+    TypeVar,
+)
 
 from . import _context, _trace
 from ._errors import EffectLeakError, EffectTypeError
@@ -33,7 +43,10 @@ __all__ = [
 ]
 
 H = TypeVar("H", bound="Handler[Any]")
-E = TypeVar("E", bound="Effect[Any]")
+# Covariant: a handler of a `State[S]` is a handler of an `Effect[StateCell[S]]`,
+# which is how `outer` finds the type of the handler it returns.
+E = TypeVar("E", bound="Effect[Any]", covariant=True)
+H_out = TypeVar("H_out", bound="Handler[Any]")
 
 PyTree = Any
 
@@ -261,7 +274,7 @@ class Handler(abc.ABC, Generic[E]):
     # with that handler, and has no state of its own there.
     forwards: ClassVar[bool] = False
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         self = super().__new__(cls)
         object.__setattr__(self, "_effax_home", _trace.current_trace_ref())
         return self
@@ -285,9 +298,10 @@ class Handler(abc.ABC, Generic[E]):
         inline."""
         return getattr(cls, method) is not getattr(Handler, method)
 
-    def outer(self) -> Handler[Any]:
+    def outer(self: Handler[Effect[H_out]]) -> H_out:
         """The next handler of the same effect outside this one: where an operation
         this handler does not answer itself is forwarded (see `effax.intercept`).
+        Typed as the handler `effect.handler()` returns.
 
         Trace-safe as a read is: raises `UnhandledEffectError` if there is none,
         `EffectLeakError` if it was installed outside a staging transformation
