@@ -30,7 +30,7 @@ def lines_of_code(path: str | pathlib.Path) -> dict[str, int]:
         line
         for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.FunctionDef) and ast.get_docstring(node) is not None
-        for line in range(node.body[0].lineno, node.body[0].end_lineno + 1)  # type: ignore[operator]
+        for line in range(node.body[0].lineno, (node.body[0].end_lineno or 0) + 1)
     }
     counts: dict[str, int] = {}
     section = "header"

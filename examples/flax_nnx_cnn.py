@@ -47,7 +47,7 @@ from flax import nnx
 
 import effax as fx
 
-Batch = dict[str, np.ndarray]
+Batch = dict[str, jax.Array]
 
 # the tutorial's hyperparameters
 learning_rate = 0.005
@@ -88,7 +88,7 @@ def make_dataset(
     )
     images = images * contrast + rng.normal(0.0, noise, images.shape)
     images = np.clip(images, 0.0, 1.0).astype(np.float32)[..., None]
-    return {"image": images, "label": labels.astype(np.int32)}
+    return {"image": jnp.asarray(images), "label": jnp.asarray(labels, np.int32)}
 
 
 def make_batches(ds: Batch, batch_size: int) -> Iterator[Batch]:
@@ -192,7 +192,7 @@ def hybrid_loss_fn(model: HybridCNN, batch: Batch) -> tuple[jax.Array, jax.Array
     return loss, logits
 
 
-def emit_metrics(loss: jax.Array, logits: jax.Array, labels: np.ndarray) -> None:
+def emit_metrics(loss: jax.Array, logits: jax.Array, labels: jax.Array) -> None:
     accuracy = jnp.mean(jnp.argmax(logits, axis=-1) == labels)
     metrics_log.emit({"loss": loss, "accuracy": accuracy})
 

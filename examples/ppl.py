@@ -46,8 +46,6 @@ class PPL(fx.Effect["Sampler"]):
         self.handler().factor(name, log_prob)
 
 
-ppl = PPL("ppl")
-sample, param, factor = ppl.sample, ppl.param, ppl.factor
 rng = fx.RandomKey("ppl.rng")  # what `seed` seeds
 log_joint = fx.State[jax.Array]("ppl.log_joint")  # what the factors add up to
 sites = fx.Emit[dict[str, jax.Array]]("ppl.sites")  # what `trace` records
@@ -80,6 +78,12 @@ class Sampler(fx.Handler[PPL]):
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: Any, carry: Any) -> Sampler:
         return cls(effect)
+
+
+# (after `Sampler`: pyright cannot evaluate a call of `PPL`, whose base class names
+# `Sampler`, before `Sampler` is defined)
+ppl = PPL("ppl")
+sample, param, factor = ppl.sample, ppl.param, ppl.factor
 
 
 def seed(key: int | jax.Array) -> fx.Handlers:

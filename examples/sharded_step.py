@@ -109,7 +109,9 @@ def main(steps: int = 100) -> dict[str, Any]:
         sharded_params = params.get()
     print(f"jit with shardings: loss {sharded_losses[0]:.4f} -> {sharded_losses[-1]:.6f}")
     print(f"  x is split over {len(xs.sharding.device_set)} devices; the parameters stay")
-    print(f"  replicated: {sharded_params['w'].sharding.spec}")
+    w_sharding = sharded_params["w"].sharding
+    assert isinstance(w_sharding, NamedSharding)  # what out_shardings asked for
+    print(f"  replicated: {w_sharding.spec}")
 
     # the same steps on one device, for comparison
     with fx.handlers(params.init(p0), lr.provide(jnp.float32(0.1))):
