@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every check effax has, on the JAX lines it supports, from a fresh clone:
-#   ruff (lint + format), mypy --strict over effax/, the test suite (docstring
+#   ruff (lint + format), mypy --strict over effax/, pyright over what users write
+#   (the examples, tests/types/, the docs' code cells), the test suite (docstring
 #   examples included) on the default python3 (jax 0.10.x on 3.11) and on a
 #   Python 3.12 (jax 0.12.x); the core transparency suite (CORE_SUITE below) on
 #   Python 3.12 with jax 0.11.x; then the documentation site (docs/), every page
@@ -71,6 +72,11 @@ echo "==> ruff"
 echo "==> mypy --strict effax/ effax_stubs/"
 .venvs/default/bin/mypy --strict effax effax_stubs
 .venvs/py312/bin/mypy --strict effax effax_stubs
+echo "==> pyright: examples/, tests/types/, the docs' code cells (with each JAX's annotations)"
+for env in .venvs/default .venvs/py312; do
+  "$env/bin/pyright" --pythonpath "$env/bin/python"
+  "$env/bin/python" scripts/pyright_docs.py
+done
 
 # 500 generated programs per generator on the default JAX, 100 on each of the others
 run_suite default ci

@@ -1,8 +1,9 @@
-"""Checked by mypy (tests/test_typing.py), never run.
+"""Checked by mypy and by pyright (tests/test_typing.py), never run.
 
 Each `assert_type` pins an inferred type; each `# type: ignore[code]` pins an
-expected error (mypy runs with --warn-unused-ignores, so an error that goes away
-fails the check).
+error mypy is expected to report, each `# pyright: ignore[rule]` one pyright is
+(mypy runs with --warn-unused-ignores and pyright with
+reportUnnecessaryTypeIgnoreComment, so an error that goes away fails the check).
 """
 
 import functools as ft
@@ -41,11 +42,11 @@ with every_handler:
     losses.emit(jnp.ones(()))
 
     # wrong values are errors
-    counter.set("x")  # type: ignore[arg-type]
-    temperature.provide("x")  # type: ignore[arg-type]
-    counter.init("x")  # type: ignore[arg-type]
-    losses.emit("x")  # type: ignore[arg-type]
-    counter.modify(lambda n: str(n))  # type: ignore[arg-type, return-value]
+    counter.set("x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    temperature.provide("x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    counter.init("x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    losses.emit("x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    counter.modify(lambda n: str(n))  # type: ignore[arg-type, return-value]  # pyright: ignore[reportArgumentType]
 
 # handlers carry the types too
 assert_type(temperature.provide(0.5), fx.Provider[float])
@@ -67,24 +68,24 @@ def model(x: jax.Array, *, scale: float = 1.0) -> tuple[jax.Array, int]:
 
 handled = fx.handle(model, counter.init(0), transform=jax.jit)
 assert_type(handled(jnp.ones(2), scale=2.0), tuple[jax.Array, int])
-handled("x")  # type: ignore[arg-type]
-handled(jnp.ones(2), scale="big")  # type: ignore[arg-type]
+handled("x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+handled(jnp.ones(2), scale="big")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 assert_type(fx.jit(model)(jnp.ones(2)), tuple[jax.Array, int])
 assert_type(fx.jit(static_argnames="scale")(model)(jnp.ones(2)), tuple[jax.Array, int])
 assert_type(
     fx.handle(model, transform=ft.partial(jax.jit, static_argnames="scale"))(jnp.ones(2)),
     tuple[jax.Array, int],
 )
-fx.handle(model, counter)  # type: ignore[call-overload]
+fx.handle(model, counter)  # type: ignore[call-overload]  # pyright: ignore[reportArgumentType]
 
 # a compiled handled function stages like a jax.jit one, with fn's parameters
 assert_type(handled.lower(jnp.ones(2), scale=2.0), jax.stages.Lowered)
 assert_type(fx.jit(model).trace(jnp.ones(2)), jax.stages.Traced)
-fx.jit(model).lower("x")  # type: ignore[arg-type]
+fx.jit(model).lower("x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 fx.handle(model).lower(jnp.ones(2))  # type: ignore[attr-defined]
 compiled: Callable[[jax.Array], tuple[jax.Array, int]] = fx.jit(model)  # still a callable
 
 # the low-level primitives
 x_var = fx.JitAwareContextVar[float]("x")
 assert_type(x_var.get(), float)
-x_var.set_on_enter("x")  # type: ignore[arg-type]
+x_var.set_on_enter("x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]

@@ -40,8 +40,8 @@ params.init(jnp.zeros(3))
 temperature.provide(1)  # an int for an Ask[float] is fine: an Ask is read-only
 
 # case: where types already catch it, only mypy's own error
-temperature.provide("hot")  # E: arg-type
-total.init("zero")  # E: arg-type
+temperature.provide("hot")  # pyright: ignore[reportArgumentType]  # E: arg-type
+total.init("zero")  # pyright: ignore[reportArgumentType]  # E: arg-type
 
 # case: dataclasses and attrs classes for static Asks: frozen ones only
 import dataclasses
