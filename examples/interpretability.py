@@ -368,7 +368,8 @@ def sow_logit_diff(model: SowTransformer, tokens: jax.Array, here: Any, values: 
 
 @nnx.jit
 def sow_run(model: SowTransformer, tokens: jax.Array, here: Any, values: Any) -> Any:
-    ld, sown = nnx.capture(sow_logit_diff, nnx.Intermediate)(model, tokens, here, values)
+    captured: Any = nnx.capture(sow_logit_diff, nnx.Intermediate)
+    ld, sown = captured(model, tokens, here, values)
     blocks = sown["blocks"]
     return ld, {site: jnp.stack([blocks[i][site][0] for i in range(L)]) for site in SITES}
 
