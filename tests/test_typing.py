@@ -35,7 +35,6 @@ def test_pyright():
     """pyright (pyproject.toml's [tool.pyright]: basic mode, the `# pyright: ignore`
     pins checked) reports no error on tests/types/, the mypy plugin's corpus included:
     the errors it is expected to report are pinned where they are."""
-    pytest.importorskip("pyright", reason="pyright comes with the dev extra")
     result = subprocess.run(
         [sys.executable, "-m", "pyright", "--outputjson", "--pythonpath", sys.executable, TYPES],
         capture_output=True,
