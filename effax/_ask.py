@@ -13,7 +13,7 @@ from ._effect import Effect
 from ._errors import EffectTypeError, UnhandledEffectError
 from ._protocol import Fields, Handler, PyTree
 
-__all__ = ["Ask", "Provider"]
+__all__ = ["NO_DEFAULT", "Ask", "Provider"]
 
 T = TypeVar("T")
 

@@ -140,14 +140,14 @@ class Collector(Handler[Emit[T]]):
         {'loss': [1.0, 0.5], 'acc': [0.75]}
 
         """
-        return stack(self.effect, self.values)
+        return _stack(self.effect, self.values)
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Collector[T]:
         return cls(effect)
 
 
-def stack(effect: Emit[Any], values: list[Any]) -> Any:
+def _stack(effect: Emit[Any], values: list[Any]) -> Any:
     """`Collector.stacked` of `values`, emitted to `effect`."""
     if not values:
         raise EffectUsageError(
@@ -156,7 +156,7 @@ def stack(effect: Emit[Any], values: list[Any]) -> Any:
         )
     if all(isinstance(v, Mapping) for v in values):
         keys = list(dict.fromkeys(k for v in values for k in v))
-        return {k: stack(effect, [v[k] for v in values if k in v]) for k in keys}
+        return {k: _stack(effect, [v[k] for v in values if k in v]) for k in keys}
     structures = {jax.tree.structure(v) for v in values}
     if len(structures) > 1:
         raise EffectUsageError(

@@ -8,7 +8,7 @@ EFFAX = pathlib.Path(__file__).parent.parent / "effax"
 
 LAYERS = [
     {"_trace", "_errors"},
-    {"_context", "_threefry", "_arguments", "_entries"},
+    {"_context", "_threefry", "_arguments", "_entries", "_fields"},
     {"_protocol", "_effect"},
     {"_ask", "_state", "_random_key", "_emit", "_intercept", "_recorder"},
     {
