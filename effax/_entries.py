@@ -29,6 +29,7 @@ __all__ = [
     "absorbed",
     "aligned",
     "batch_absorbed",
+    "by_site",
     "check_alike",
     "check_array",
     "check_count",
@@ -101,33 +102,41 @@ def absorbed(static: Any, values: Any) -> list[Entry]:
     extra = shape[: len(shape) - len(first.lead) - len(first.shape)]
     if not extra:
         return entries
-    by_site: dict[str, list[Entry]] = {}
-    for entry in entries:
-        by_site.setdefault(entry.site, []).append(entry)
     joined = []
     k = len(extra)
-    for site, group in by_site.items():
+    for site, group in by_site(entries).items():
         shape = group[0].shape
-        values, presents = [], []
-        for e in group:
-            if e.shape != shape:
-                raise shape_error(site, shape, e.shape)
-            n = count(e.lead)
-            values.append(jnp.reshape(e.value, (*extra, n, *shape)))
-            presents.append(
-                jnp.ones((*extra, n), bool)
-                if e.present is None
-                else jnp.reshape(e.present, (*extra, n, -1))[..., 0]
-                if np.ndim(e.present) > k + len(e.lead)
-                else jnp.reshape(e.present, (*extra, n))
-            )
-        masked = any(e.present is not None for e in group)
+        values = [jnp.reshape(e.value, (*extra, count(e.lead), *shape)) for e in group]
         value = values[0] if len(values) == 1 else jnp.concatenate(values, axis=k)
         present = None
-        if masked:
-            present = presents[0] if len(presents) == 1 else jnp.concatenate(presents, axis=k)
+        if any(e.present is not None for e in group):
+            # (a mask may carry the axes of batches the taps ran in: kept, for
+            # `read` to refuse a tap some elements made and others did not)
+            masks = [_mask_rows(e, extra) for e in group]
+            width = max(m.shape[-1] for m in masks)
+            masks = [jnp.broadcast_to(m, (*m.shape[:-1], width)) for m in masks]
+            present = masks[0] if len(masks) == 1 else jnp.concatenate(masks, axis=k)
         joined.append(Entry(site, (*extra, value.shape[k]), shape, value, present))
     return joined
+
+
+def by_site(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
+    """`entries` grouped by site, in order; a site's taps must have one shape."""
+    groups: dict[str, list[Entry]] = {}
+    for entry in entries:
+        group = groups.setdefault(entry.site, [])
+        if group and entry.shape != group[0].shape:
+            raise shape_error(entry.site, group[0].shape, entry.shape)
+        group.append(entry)
+    return groups
+
+
+def _mask_rows(entry: Entry, extra: tuple[int, ...] = ()) -> Any:
+    """`entry`'s mask as (*extra, taps, batch) (batch 1 where it has none)."""
+    n = count(entry.lead)
+    if entry.present is None:
+        return jnp.ones((*extra, n, 1), bool)
+    return jnp.reshape(entry.present, (*extra, n, -1))
 
 
 def batch_absorbed(static: Any, values: Any) -> list[Entry]:
@@ -175,18 +184,17 @@ def aligned(
     for site in sorted(layout):
         total, shape, dtype = layout[site]
         own = [e for e in mine if e.site == site]
-        rows, presents = [], []
-        for e in own:
-            value, present = flat(e)
-            rows.append(value)
-            presents.append(jnp.ones(value.shape[:1], bool) if present is None else present[:, 0])
+        rows = [flat(e)[0] for e in own]
+        masks = [_mask_rows(e) for e in own]
         n = sum(count(e.lead) for e in own)
         pads[site] = total - n
         if n < total:
             rows.append(jnp.zeros((total - n, *shape), dtype))
-            presents.append(jnp.zeros((total - n,), bool))
+            masks.append(jnp.zeros((total - n, 1), bool))
+        width = max(m.shape[-1] for m in masks)
+        masks = [jnp.broadcast_to(m, (m.shape[0], width)) for m in masks]
         value = rows[0] if len(rows) == 1 else jnp.concatenate(rows)
-        present = presents[0] if len(presents) == 1 else jnp.concatenate(presents)
+        present = masks[0] if len(masks) == 1 else jnp.concatenate(masks)
         entries.append(Entry(site, (total,), shape, value, present))
     return (*entries_outcome(entries), pads)
 
@@ -201,14 +209,8 @@ def shape_error(site: str, a: tuple[int, ...], b: tuple[int, ...]) -> EffectUsag
 
 def read(effect: Any, entries: Sequence[Entry]) -> dict[str, Any]:
     """``{site: value}`` of recorded entries (see `Recorder`)."""
-    by_site: dict[str, list[Entry]] = {}
-    for entry in entries:
-        by_site.setdefault(entry.site, []).append(entry)
     out: dict[str, Any] = {}
-    for site, group in by_site.items():
-        shape = group[0].shape
-        if any(e.shape != shape for e in group):
-            raise shape_error(site, shape, next(e.shape for e in group if e.shape != shape))
+    for site, group in by_site(entries).items():
         if len(group) == 1 and not group[0].lead and group[0].present is None:
             out[site] = group[0].value
             continue

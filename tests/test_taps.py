@@ -565,3 +565,20 @@ def test_replace_under_grad_and_checkpoint_equals_the_hand_written_patch():
             got = wrap(tapped)(W, X)
         assert r.value == {"step": 3}
         assert_transparent(got, jax.grad(by_hand)(W, X))
+
+
+def test_a_cond_taken_by_some_elements_in_a_loop_is_a_named_error_not_element_0s_answer():
+    """A batched cond in a vmap in a scan: the per-element masks stay per element
+    through the loop's stacking (it kept element 0's, and recorded nothing here)."""
+    ys = jnp.array([0.0, 2.0, 4.0], F32)
+
+    def step(c, x):
+        return c, fx.vmap(lambda y: fx.cond(y > x, lambda: acts.tap("a", y), lambda: y))(ys)
+
+    with acts.record() as r:
+        fx.scan(step, F32(0), jnp.array([1.0, 3.0], F32))
+    with pytest.raises(fx.EffectUsageError, match=r"'a'.*some elements of an effax.vmap"):
+        _ = r.value
+    with acts.record() as r:  # every element takes it: recorded, per element
+        fx.scan(step, F32(0), jnp.array([-1.0, -2.0], F32))
+    assert_bitwise_equal(r.value["a"], jnp.stack([ys, ys]))
