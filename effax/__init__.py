@@ -52,6 +52,7 @@ from ._snapshot import (
     snapshot as snapshot,
 )
 from ._state import State as State, StateCell as StateCell
+from ._state_dict import StateDict as StateDict, StateDictCell as StateDictCell
 from ._tap import Ignorer as Ignorer, Replacer as Replacer, Tap as Tap
 from ._transforms import (
     checkpoint as checkpoint,
@@ -108,6 +109,8 @@ __all__ = [
     "snapshot",
     "State",
     "StateCell",
+    "StateDict",
+    "StateDictCell",
     "StateTypeError",
     "switch",
     "Tap",

@@ -4,7 +4,8 @@ Going in, a handler's const and carry must be arrays or Python numbers (and its
 static export hashable, where it is part of a cache key): `unplumbable` says why
 not, and a handler that cannot enter is hidden behind an `Uncompilable` marker.
 Coming out, an outcome's carry and values must be arrays too, and a carry must
-keep its structure, shapes and dtypes (`check_outcome`).
+keep its structure, shapes and dtypes (`check_outcome`); across a call (not a
+loop), a carry that is a dict may gain entries (named state created on first use).
 """
 
 from __future__ import annotations
@@ -92,10 +93,13 @@ class Uncompilable(Blocked):
         raise EffectTypeError(self.message)
 
 
-def check_outcome(effect: Effect[Any], carry: Any, outcome: Outcome, where: str | None) -> None:
+def check_outcome(
+    effect: Effect[Any], carry: Any, outcome: Outcome, where: str | None, *, grows: bool
+) -> None:
     """Refuse an inner handler's `outcome` that cannot leave `where` (a traced
     region, named for messages; None: an eager region), or whose carry changed
-    type from `carry`."""
+    type from `carry` (with `grows`, a region that is not a loop: a dict carry may
+    gain entries)."""
     leaf = None if where is None else uncompilable_leaf((outcome.carry, outcome.values))
     if leaf is not None:
         raise EffectTypeError(
@@ -105,7 +109,10 @@ def check_outcome(effect: Effect[Any], carry: Any, outcome: Outcome, where: str 
             f"arrays or Python numbers. Convert it to an array, or perform "
             f"{effect!r} outside {where}."
         )
-    check_carry(effect, carry, outcome.carry)
+    after = outcome.carry
+    if grows and type(carry) is dict and type(after) is dict and carry.keys() <= after.keys():
+        after = {name: after[name] for name in carry}
+    check_carry(effect, carry, after)
 
 
 def _given(outcome: Outcome, leaf: Any) -> str:

@@ -96,7 +96,7 @@ def outcomes_of(
     results = []
     for slot, (_, carry), handler in zip(plan.slots, dynamic, inner, strict=True):
         result = handler.outcome(carry_required=carry_required)
-        check_outcome(slot.effect, carry, result, where)
+        check_outcome(slot.effect, carry, result, where, grows=not carry_required)
         results.append(result)
     return results
 

@@ -436,6 +436,13 @@ class Handler(abc.ABC, Generic[E]):
             _no_fields(self, "snapshot")
         return None if f.carry is None else getattr(self, f.carry)
 
+    def snapshot_like(self, snapshot: PyTree) -> PyTree:
+        """The state that `snapshot` must match (structure, shapes, dtypes) to be
+        restored into this handler, and whose arrays the restored ones are placed
+        like: by default, the current one (`snapshot()`); a `StateDict` cell's,
+        for the snapshot's entries (it may hold others, or none yet)."""
+        return self.snapshot()
+
     def check_snapshot(self, snapshot: PyTree) -> str | None:
         """Why `snapshot` (of this handler's structure, shapes and dtypes) cannot
         be restored into it, or None: `effax.restore` asks before anything is

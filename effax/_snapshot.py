@@ -83,6 +83,7 @@ def restore(snapshot: Mapping[str, Any], *handlers: Handler[Any] | Handlers) -> 
                 "only the handlers whose state it holds."
             )
         saved = snapshot[effect.name]
+        state = handler.snapshot_like(saved)
         if _signature(saved) != _signature(_plain(state)):
             raise StateTypeError(
                 f"The snapshot of {effect!r} does not fit its handler: it holds "

@@ -51,12 +51,13 @@ __all__ = [
     "positional_args",
 ]
 
-KINDS: Final = ("Ask", "State", "RandomKey", "Emit", "Tap")
+KINDS: Final = ("Ask", "State", "StateDict", "RandomKey", "Emit", "Tap")
 
 
 OPERATIONS: Final = {
     "Ask": frozenset({"ask"}),
     "State": frozenset({"get", "set", "modify"}),
+    "StateDict": frozenset({"get", "set"}),
     "RandomKey": frozenset({"next_key"}),
     "Emit": frozenset({"emit"}),
     "Tap": frozenset({"tap"}),
@@ -68,6 +69,7 @@ OPERATIONS: Final = {
 MAKERS: Final = {
     "Ask": frozenset({"provide"}),
     "State": frozenset({"init"}),
+    "StateDict": frozenset({"init"}),
     "RandomKey": frozenset({"seed"}),
     "Emit": frozenset({"collect", "discard"}),
     "Tap": frozenset({"ignore", "record", "replace", "gradients"}),

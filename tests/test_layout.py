@@ -10,7 +10,7 @@ LAYERS = [
     {"_trace", "_errors"},
     {"_context", "_threefry", "_arguments", "_entries", "_fields"},
     {"_protocol", "_effect"},
-    {"_ask", "_state", "_random_key", "_emit", "_intercept", "_recorder"},
+    {"_ask", "_state", "_state_dict", "_random_key", "_emit", "_intercept", "_recorder"},
     {
         "_tap",
         "_handlers",

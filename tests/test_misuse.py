@@ -1204,6 +1204,17 @@ _BAD_ARGUMENTS = {
         ("name=''", lambda: fx.State[int](""), fx.EffectTypeError, "non-empty"),
         ("stale value", lambda: total.init(_stale()), fx.EffectLeakError, "init"),
     ],
+    "StateDict": [
+        ("name=''", lambda: fx.StateDict[int](""), fx.EffectTypeError, "non-empty"),
+        ("init(list)", lambda: fx.StateDict[int]("d").init([1]), fx.EffectTypeError, "dict"),
+        ("init({1: 1})", lambda: fx.StateDict[int]("d").init({1: 1}), fx.EffectTypeError, "str"),
+        (
+            "stale entry",
+            lambda: fx.StateDict[int]("d").init({"a": _stale()}),
+            fx.EffectLeakError,
+            "init",
+        ),
+    ],
     "Emit": [("name=3", lambda: fx.Emit[int](3), fx.EffectTypeError, "name")],
     "Tap": [
         ("name=3", lambda: fx.Tap[int](3), fx.EffectTypeError, "name"),
@@ -1268,7 +1279,8 @@ _NOTHING_TO_CHECK = {
     "BatchPolicy", "Collector", "Compiled", "Discarder", "Effect", "EffectError",
     "EffectLeakError", "EffectTypeError", "EffectUsageError", "Export", "Fields", "Handlers",
     "Interceptor", "Ignorer", "Recorder", "Replacer", "GradientRecorder", "TapHandler",
-    "KeyState", "KeyStream", "Outcome", "Provider", "StateCell", "StateTypeError",
+    "KeyState", "KeyStream", "Outcome", "Provider", "StateCell", "StateDictCell",
+    "StateTypeError",
     "UndeclaredEffectError", "UnhandledEffectError", "random", "rng", "__version__",
 }  # fmt: skip
 

@@ -1,7 +1,9 @@
 """Property-based transparency: random effect programs, eager against compiled.
 
 Hypothesis generates programs: sequences of ask / get / set / modify / next_key /
-emit / tap (recorded, replaced by a function or a mapping, or ignored), nested
+emit / tap (recorded, replaced by a function or a mapping, or ignored) / a
+`StateDict`'s get and set (and entries created on first use, outside loop bodies
+and branches, where effax refuses them; present already in some environments), nested
 State handlers, and sub-programs nested in `effax.handle` (compiled
 with jax.jit), `effax.scan`, `effax.cond` and `effax.vmap`; and the patterns that
 make a compiled program depend on its environment, and interceptors of the four
@@ -65,6 +67,7 @@ MAYBE_NONE = fx.State[jax.Array | None]("maybe_none")
 MAYBE_NONE_ASK = fx.Ask[jax.Array | None]("maybe_none_ask")
 STATIC = fx.Ask[int | float | bool]("static", static=True)
 T = fx.Tap[jax.Array]("t")  # record, replace (by a function or a mapping) or ignore
+D = fx.StateDict[jax.Array]("d")  # "p" always held, "q" in some environments
 
 
 def interceptors(n):
@@ -78,16 +81,27 @@ def interceptors(n):
         fx.intercept(K, next_key=lambda outer: jax.random.fold_in(outer.next_key(), n)),
         fx.intercept(E, emit=lambda outer, v: outer.emit(v * 3 + n)),
         fx.intercept(T, tap=lambda outer, site, v: outer.tap(site, v - n)),
+        fx.intercept(D, get=lambda outer, name, init=None: outer.get(name, init) * 0.5 + n),
     )
 
 
 # The same module-level objects in both runs, so the compiled program is reused.
 INTERCEPTORS = [interceptors(n) for n in range(3)]
 ACTIVE: list[int] = []  # the sets installed around the running sub-program
+LOOPS: list[None] = []  # the loop bodies the running op is in (branches hold no dnew)
 
 COEFFICIENTS = st.sampled_from([0.5, -1.0, 1.5])
-READS = [st.tuples(st.just("ask")), st.tuples(st.just("get")), st.tuples(st.just("key"))]
-WRITES = [st.tuples(st.just("set"), COEFFICIENTS), st.tuples(st.just("modify"), COEFFICIENTS)]
+READS = [
+    st.tuples(st.just("ask")),
+    st.tuples(st.just("get")),
+    st.tuples(st.just("key")),
+    st.tuples(st.just("dget")),
+]
+WRITES = [
+    st.tuples(st.just("set"), COEFFICIENTS),
+    st.tuples(st.just("modify"), COEFFICIENTS),
+    st.tuples(st.just("dset"), COEFFICIENTS),
+]
 EMIT = [st.tuples(st.just("emit"))]
 TAPS = [st.tuples(st.just("tap"), st.sampled_from(["x", "y"]))]
 # performs that depend on the environment (not inside cond or vmap bodies)
@@ -96,6 +110,7 @@ ENVIRONMENT = [
     st.tuples(st.just("optional_emit")),
     st.tuples(st.just("maybe_none")),
     st.tuples(st.just("static")),
+    st.tuples(st.just("dnew")),
 ]
 
 
@@ -127,7 +142,7 @@ OP = st.recursive(
 PROGRAMS = st.lists(OP, min_size=1, max_size=6)
 # An environment: (OPTIONAL provided, OPTIONAL_LOG collected, MAYBE_NONE and
 # MAYBE_NONE_ASK hold None, STATIC's value, width of the program's second input,
-# T's handler).
+# T's handler, D holds "q").
 TAP_HANDLERS = {
     "record": lambda: T.record(),
     "record x": lambda: T.record("x"),
@@ -149,6 +164,7 @@ ENVIRONMENTS = st.lists(
         st.sampled_from([1, 1.0, True]),
         st.sampled_from([1, 2]),
         st.sampled_from(list(TAP_HANDLERS)),
+        st.booleans(),
     ),
     min_size=2,
     max_size=3,
@@ -168,6 +184,13 @@ def run(ops, acc, compiled, width):
             S.modify(lambda s, c=op[1]: s * c + 1)
         elif kind == "key":
             acc = acc + jax.random.uniform(K.next_key())
+        elif kind == "dget":
+            acc = acc + D.get("p")
+        elif kind == "dset":
+            D.set("p", acc * op[1])
+        elif kind == "dnew":  # creates "q" where it is missing, outside loops
+            name = "p" if LOOPS else "q"
+            acc = acc + D.get(name, init=lambda a=acc: a * 0.25 + 1)
         elif kind == "emit":
             E.emit(acc)
         elif kind == "tap":
@@ -195,7 +218,11 @@ def run(ops, acc, compiled, width):
             f = lambda a, body=body: run(body, a, compiled, width)
             acc = fx.handle(f, transform=jax.jit)(acc) if compiled else f(acc)
         elif kind == "scan":
-            acc = run_scan(op[1], op[2], acc, compiled, width)
+            LOOPS.append(None)
+            try:
+                acc = run_scan(op[1], op[2], acc, compiled, width)
+            finally:
+                LOOPS.pop()
         elif kind == "intercept":
             free = [n for n in range(len(INTERCEPTORS)) if n not in ACTIVE]
             ACTIVE.append(free[0] if free else -1)
@@ -271,8 +298,10 @@ def run_vmap(body, acc, compiled, width):
 
 def outcome(program, environment):
     """Run `program` (a function of two inputs) under the handlers of `environment`."""
-    optional, collect, none, static, width, tap = environment
+    optional, collect, none, static, width, tap, has_q = environment
+    entries = {"p": jnp.float32(1.5), **({"q": jnp.float32(-2)} if has_q else {})}
     handlers = [
+        D.init(entries),
         TAP_HANDLERS[tap](),
         A.provide(jnp.float32(0.5)),
         S.init(jnp.float32(1)),
@@ -290,7 +319,7 @@ def outcome(program, environment):
         out = program(jnp.float32(0.25), jnp.zeros(width))
         next_key = K.next_key()
     emitted = hs[OPTIONAL_LOG] if collect else None
-    return out, hs[S], hs[MAYBE_NONE], int(hs[K].counter), next_key, hs[E], emitted, hs[T]
+    return out, hs[S], hs[MAYBE_NONE], int(hs[K].counter), next_key, hs[E], emitted, hs[T], hs[D]
 
 
 def check(ops, environments, checked):
