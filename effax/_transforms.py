@@ -283,6 +283,22 @@ def _explain_sizes(region: Region, error: ValueError, wrapper_name: str) -> Base
     return new
 
 
+def _check_grown(region: Region, carries: Sequence[Any], out: Sequence[Any]) -> None:
+    """Inside `effax.shard_map`: refuse a per-device carry that gained entries (a
+    `StateDict` entry created inside): its leading axis would have to be split over
+    devices, and a value made per device has none."""
+    for effect, axis, before, after in zip(
+        region.plan.effects, region.carry_axes, carries, out, strict=True
+    ):
+        if axis is not None and jax.tree.structure(before) != jax.tree.structure(after):
+            raise EffectUsageError(
+                f"{effect!r} gained entries inside effax.shard_map(state='batched'), where "
+                "every state is split over the devices along its leading axis, which a "
+                "value made on one device does not have. Create the entries before the "
+                "shard_map (with one row per device), or use state='shared'."
+            )
+
+
 def _check_replicated(region: Region, carries: Sequence[Any], names: tuple[Hashable, ...]) -> None:
     """Inside `effax.shard_map`: refuse a shared (replicated) carry that varies
     across devices, naming its effect (JAX would name an internal function)."""
@@ -445,13 +461,16 @@ def shard_map(
 
         def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
             def spec(axis: int | None, tree: Any) -> Any:
-                return jax.tree.map(lambda _: _spec() if axis is None else _spec(names), tree)
+                # one spec for the whole carry (a prefix): a dict carry may gain
+                # entries in the region (a `StateDict`)
+                return None if tree is None else _spec() if axis is None else _spec(names)
 
             carry_specs = [spec(a, c) for a, c in zip(carry_axes, carries, strict=True)]
             specs = in_specs if isinstance(in_specs, tuple) else (in_specs,)
 
             def per_device(carries: Any, *args: Any) -> Any:
                 out, out_carries, values = inner(carries, *args)
+                _check_grown(region, carries, out_carries)
                 _check_replicated(region, out_carries, names)
                 # stack values per device: a new leading axis of size 1 here
                 values = jax.tree.map(lambda v: v[None], values)

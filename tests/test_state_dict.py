@@ -316,3 +316,36 @@ def test_donated_state_grows_and_keeps_its_entries():
     assert_transparent(cell.value, d)
     assert all(not v.is_deleted() for v in cell.value.values())
     assert np.isfinite(np.asarray(cell.value["b/mean"])).all()
+
+
+def test_effax_shard_map_shares_a_created_entry_and_refuses_one_per_device():
+    from jax.sharding import Mesh, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+
+    def step(x):
+        n = stats.get("n", init=jnp.int32(0))
+        stats.set("n", n + 1)
+        total = stats.get("total", init=lambda: jnp.zeros(2))
+        # the same on every device
+        stats.set("total", total + jnp.broadcast_to(jax.lax.psum(x.sum(0), "d"), total.shape))
+        return jax.lax.psum(x.sum(), "d")
+
+    def sharded(state):
+        spec = PartitionSpec("d")
+        return fx.shard_map(step, mesh=mesh, in_specs=spec, out_specs=PartitionSpec(), state=state)
+
+    xs = jnp.arange(16.0).reshape(8, 2)
+    with stats.init() as cell:
+        sharded("shared")(xs)
+        sharded("shared")(xs)
+    assert_bitwise_equal(cell.value, {"n": jnp.int32(2), "total": 2 * xs.sum(0)})
+    with stats.init() as cell:
+        with pytest.raises(fx.EffectUsageError, match=r"gained entries inside effax.shard_map"):
+            sharded("batched")(xs)
+    assert cell.value == {}
+    # existing per-device entries are carried along their leading axis
+    with stats.init({"n": jnp.zeros(4, jnp.int32), "total": jnp.zeros((4, 1, 2))}) as cell:
+        sharded("batched")(xs)
+    assert cell.value["n"].tolist() == [1, 1, 1, 1]
+    assert_bitwise_equal(cell.value["total"], jnp.broadcast_to(xs.sum(0), (4, 1, 2)))
