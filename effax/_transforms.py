@@ -290,7 +290,7 @@ def _check_grown(region: Region, carries: Sequence[Any], out: Sequence[Any]) -> 
     for effect, axis, before, after in zip(
         region.plan.effects, region.carry_axes, carries, out, strict=True
     ):
-        if axis is not None and jax.tree.structure(before) != jax.tree.structure(after):
+        if axis is not None and type(before) is dict and before.keys() != after.keys():
             raise EffectUsageError(
                 f"{effect!r} gained entries inside effax.shard_map(state='batched'), where "
                 "every state is split over the devices along its leading axis, which a "
