@@ -105,6 +105,6 @@ def test_every_example_is_tested():
         "resume_training",
     }
     # tested in files of their own, with the library each one is ported from
-    tested |= {"flax_nnx_cnn", "svi", "metropolis", "ppl", "interpretability"}
+    tested |= {"flax_nnx_cnn", "svi", "metropolis", "ppl", "interpretability", "haiku_resnet"}
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
     assert scripts == tested
