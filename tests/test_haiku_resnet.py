@@ -71,10 +71,10 @@ def test_effects_step_under_effax_scan(hr):
     result = hr.check_effects_scan(3)
     # bit for bit the hand-plumbed Haiku program in jax.lax.scan
     assert result["vs_haiku_scan"] == ZERO
-    # against the Python loop: the same keys, so the same losses; parameters and
-    # statistics within a few float32 ulps, as plain JAX's lax.scan is of its loop
-    assert result["vs_loop"]["losses"] == 0.0
-    assert result["vs_loop"]["params"] < 1e-6 and result["vs_loop"]["bn_state"] < 1e-5
+    # against the Python loop: within a few float32 ulps, as plain JAX's lax.scan is
+    # of its loop (XLA compiles a loop body apart); other dropout keys would move
+    # the losses by far more
+    assert max(result["vs_loop"].values()) < 1e-5
     assert result["haiku_scan_vs_loop"]["params"] < 1e-6
 
 
