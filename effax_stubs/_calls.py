@@ -110,6 +110,7 @@ class _Walked(NamedTuple):
     # calls no hook sees (`effax.jit(f)(x)`), with what they leave unhandled, reported
     # from the hook of each call inside them: by id of that call
     pending: dict[int, list[tuple[CallExpr, Row, str | None]]]
+    setters: set[int]  # properties assigned, among `around` (their setter runs)
 
 
 _WALKED: dict[str, _Walked] = {}
@@ -145,7 +146,7 @@ def check_module(
     handled = walked.around[id(call)]
     performed: tuple[Row, str | None] | None
     if isinstance(call, MemberExpr):
-        row = walked.analysis.property_row(call)
+        row = walked.analysis.property_row(call, setter=id(call) in walked.setters)
         performed = (row, describe(call)) if row else None
     else:
         performed = walked.analysis.performed(call)
@@ -157,7 +158,7 @@ def check_module(
 
 def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
     analysis = Analysis(modules, None, module.defs)
-    walked = _Walked(module, analysis, {}, {})
+    walked = _Walked(module, analysis, {}, {}, set())
 
     def defer(node: Context, missing: Row, who: str | None) -> None:
         # a call without a hook: report it from the hooks of the calls inside it (not
@@ -167,6 +168,7 @@ def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
             walked.pending.setdefault(id(inner), []).append((node, missing, who))
 
     walker = Walker(analysis, defer, around=walked.around)
+    walker.setters = walked.setters
     for statement in module.defs:
         walker.visit(statement)
     return walked

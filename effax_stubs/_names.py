@@ -23,6 +23,7 @@ from mypy.types import CallableType, Instance, get_proper_type
 __all__ = [
     "FOREIGN_PACKAGES",
     "FUNCTION_NAMES",
+    "HIGHER_ORDER_PACKAGES",
     "HANDLER_CLASSES",
     "HANDLER_MAKERS",
     "KINDS",
@@ -35,6 +36,8 @@ __all__ = [
     "TRANSPARENT_DECORATORS",
     "UNHASHABLE_CLASSES",
     "callable_arguments",
+    "foreign_callables",
+    "foreign_higher_order",
     "HANDLER_ACCESS",
     "METADATA",
     "callee_fullname",
@@ -104,6 +107,84 @@ RETURNING: Final = frozenset({"jit", "grad", "value_and_grad", "vmap", "checkpoi
 
 
 FUNCTION_NAMES: Final = ("fun", "f", "fn")
+
+
+# Higher-order functions of JAX and its libraries, and of the standard library, by
+# the last part of their full name: the transformations return a function that
+# performs what the one they are given performs, when it is called (as effax's
+# `RETURNING` wrappers do); the others call what they are given at once.
+HIGHER_ORDER_PACKAGES: Final = ("jax.", "equinox.", "flax.")
+FOREIGN_TRANSFORMS: Final = frozenset(
+    {
+        "grad",
+        "value_and_grad",
+        "vmap",
+        "pmap",
+        "jit",
+        "pjit",
+        "checkpoint",
+        "remat",
+        "jacfwd",
+        "jacrev",
+        "jacobian",
+        "hessian",
+        "make_jaxpr",
+        "named_call",
+        "shard_map",
+        "custom_jvp",
+        "custom_vjp",
+        "filter_jit",
+        "filter_grad",
+        "filter_value_and_grad",
+        "filter_vmap",
+        "filter_pmap",
+        "filter_checkpoint",
+        "filter_custom_jvp",
+        "filter_custom_vjp",
+    }
+)
+# where those that call at once take their functions (JAX's and the standard
+# library's signatures): by last name for JAX's, by full name for the others'
+FOREIGN_CALLING: Final = {
+    "scan": ((0,), ("f",)),
+    "map": ((0,), ("f",)),  # `jax.lax.map`, `jax.tree.map`
+    "fori_loop": ((2,), ("body_fun",)),
+    "while_loop": ((0, 1), ("cond_fun", "body_fun")),
+    "cond": ((1, 2), ("true_fun", "false_fun")),
+    "switch": ((1,), ("branches",)),
+    "tree_map": ((0,), ("f",)),
+    "associative_scan": ((0,), ("fn",)),
+    "eval_shape": ((0,), ("fun",)),
+    "vjp": ((0,), ("fun",)),
+    "jvp": ((0,), ("fun",)),
+    "linearize": ((0,), ("fun",)),
+}
+BUILTIN_CALLING: Final = {
+    "builtins.map": ((0,), ()),
+    "builtins.filter": ((0,), ()),
+    "builtins.sorted": ((), ("key",)),
+    "builtins.min": ((), ("key",)),
+    "builtins.max": ((), ("key",)),
+    "functools.reduce": ((0,), ()),
+    "itertools.starmap": ((0,), ()),
+}
+
+
+def foreign_higher_order(fullname: str | None) -> str | None:
+    """``"returns"`` for a function transformation of JAX or its libraries (the
+    returned function performs what it was given), ``"calls"`` for a higher-order
+    function that calls what it is given at once (``jax.lax.scan``, ``map``,
+    ``sorted(key=...)``), None for anything else."""
+    if not fullname:
+        return None
+    if fullname in BUILTIN_CALLING:
+        return "calls"
+    if not fullname.startswith(HIGHER_ORDER_PACKAGES):
+        return None
+    name = fullname.rpartition(".")[2]
+    if name in FOREIGN_TRANSFORMS or (name == "scan" and fullname.startswith("flax.")):
+        return "returns"  # (Flax NNX's scan returns the scanned function)
+    return "calls" if name in FOREIGN_CALLING else None
 
 
 # decorators that keep a row as it is
@@ -251,8 +332,19 @@ def function_argument(call: CallExpr) -> Expression | None:
     return positional[0] if positional else keyword(call, *FUNCTION_NAMES)
 
 
+def foreign_callables(call: CallExpr, fullname: str) -> list[Expression]:
+    """The functions a higher-order function that calls at once (see
+    `foreign_higher_order`) is given in `call`."""
+    table = BUILTIN_CALLING.get(fullname) or FOREIGN_CALLING[fullname.rpartition(".")[2]]
+    return _callables(call, table)
+
+
 def callable_arguments(call: CallExpr, name: str) -> list[Expression]:
-    positions, keywords = PERFORMING[name]
+    return _callables(call, PERFORMING[name])
+
+
+def _callables(call: CallExpr, table: tuple[tuple[int, ...], tuple[str, ...]]) -> list[Expression]:
+    positions, keywords = table
     positional = positional_args(call)
     found = [positional[i] for i in positions if i < len(positional)]
     found.extend(arg for arg in (keyword(call, k) for k in keywords) if arg is not None)

@@ -7,14 +7,17 @@ from collections.abc import Mapping
 from typing import Final
 
 from mypy.nodes import (
+    ARG_NAMED,
     ARG_POS,
     ARG_STAR,
+    AssignmentExpr,
     CallExpr,
     ConditionalExpr,
     Decorator,
     Expression,
     FuncDef,
     FuncItem,
+    IndexExpr,
     LambdaExpr,
     ListExpr,
     MemberExpr,
@@ -43,11 +46,11 @@ from ._names import (
     callee_fullname,
     effax_name,
     effect_operations,
+    foreign_callables,
+    foreign_higher_order,
     function_argument,
-    has_star,
     is_handler_maker,
     keyword,
-    positional_args,
 )
 from ._report import describe
 from ._tree import Locals, binding_in_module, foreign_class, is_uses, transparent
@@ -145,10 +148,7 @@ class Analysis:
         if depth > 20:
             return None
         if isinstance(expr, CallExpr):
-            callee = expr.callee
-            if isinstance(callee, RefExpr) and isinstance(callee.node, TypeInfo):
-                return callee.node
-            return None
+            return self.constructed(expr.callee, depth + 1)
         if not isinstance(expr, RefExpr) or not isinstance(expr.node, Var):
             return None
         var = expr.node
@@ -159,6 +159,24 @@ class Analysis:
             return typ.type
         value = self.value_of(expr)
         return self.instance_class(value, depth + 1) if value is not None else None
+
+    def constructed(self, callee: Expression, depth: int = 0) -> TypeInfo | None:
+        """The class that calling `callee` constructs, where it is plain to see:
+        `Model`, `Buffer[int]` (a generic class given its parameters), `type(x)`,
+        a classmethod's `cls`."""
+        if isinstance(callee, IndexExpr):
+            callee = callee.base
+        if isinstance(callee, RefExpr) and isinstance(callee.node, TypeInfo):
+            return callee.node
+        if isinstance(callee, RefExpr) and callee.node in self.class_objects:
+            return self.self_class[callee.node]
+        if (
+            isinstance(callee, CallExpr)
+            and callee_fullname(callee.callee) == "builtins.type"
+            and len(callee.args) == 1
+        ):
+            return self.instance_class(callee.args[0], depth + 1)
+        return None
 
     # -- rows
 
@@ -197,6 +215,22 @@ class Analysis:
         value = self.value_of(expr)
         return self.star_items(value, depth + 1) if value is not None else None
 
+    def spread(self, call: CallExpr) -> list[Expression] | None:
+        """The positional arguments of `call`, a `*args` of a tuple or list (written
+        there or held in a variable) spread in place; None where one is unknown."""
+        found: list[Expression] = []
+        for arg, kind in zip(call.args, call.arg_kinds, strict=True):
+            if kind == ARG_POS:
+                found.append(arg)
+            elif kind == ARG_STAR:
+                items = self.star_items(arg)
+                if items is None or any(isinstance(i, Declaration) for i in items):
+                    return None
+                found.extend(i for i in items if not isinstance(i, Declaration))
+            elif kind != ARG_NAMED:
+                return None
+        return found
+
     def decorator_row(self, decorator: Decorator) -> Row | None:
         decorators = decorator.original_decorators or decorator.decorators
         if not decorators:  # loaded from mypy's cache: the type says it
@@ -226,16 +260,28 @@ class Analysis:
             return self.decorator_row(overload.impl)
         return None
 
-    def property_row(self, expr: MemberExpr) -> Row | None:
-        """The row of the property `expr` reads, where it is one and has a row."""
+    def property_row(self, expr: MemberExpr, *, setter: bool = False) -> Row | None:
+        """The row of the property `expr` reads (with `setter`: assigns), where it is
+        one and has a row; an effect's operation written as a property performs the
+        effect (`budget.left`)."""
         info = self.instance_class(expr.expr)
         symbol = info.get(expr.name) if info is not None else None
         node = symbol.node if symbol is not None else None
         if isinstance(node, OverloadedFuncDef) and node.items:  # a property with a setter
-            node = node.items[0]
-        if isinstance(node, Decorator) and (node.var.is_property or node.var.is_settable_property):
-            return self.decorator_row(node)
-        return None
+            if setter and len(node.items) < 2:
+                return None
+            node = node.items[1 if setter else 0]
+        elif setter:
+            return None  # an attribute, or a property without a setter
+        if not isinstance(node, Decorator) or not (
+            setter or node.var.is_property or node.var.is_settable_property
+        ):
+            return None
+        assert info is not None
+        if expr.name in effect_operations(info):
+            declaration = self.declaration(expr.expr)
+            return frozenset({declaration.fullname}) if declaration is not None else None
+        return self.decorator_row(node)
 
     def member_row(self, info: TypeInfo, name: str) -> Row | None:
         symbol = info.get(name)
@@ -260,6 +306,9 @@ class Analysis:
             return None
         if isinstance(expr, LambdaExpr):
             return self.demand_of(expr)
+        constructed = self.constructed(expr) if isinstance(expr, IndexExpr | CallExpr) else None
+        if constructed is not None:  # `Buffer[int](...)`, `type(self)(...)`: `__init__` runs
+            return self.member_row(constructed, "__init__")
         if isinstance(expr, CallExpr):
             return self.row_of_result(expr, depth)
         if isinstance(expr, ConditionalExpr):  # `a if c else b`: what either may perform
@@ -308,8 +357,8 @@ class Analysis:
         callee = call.callee
         name = effax_name(callee_fullname(callee))
         if name == "handle":
-            positional = positional_args(call)
-            if not positional or has_star(call):
+            positional = self.spread(call)
+            if not positional:
                 return None
             row = self.row_of(positional[0], depth + 1)
             for handler in positional[1:]:
@@ -318,7 +367,8 @@ class Analysis:
                     return None
                 row = row - discharged
             return row
-        if name in RETURNING:
+        if name in RETURNING or foreign_higher_order(callee_fullname(callee)) == "returns":
+            # effax's wrappers, and JAX's (`jax.grad(f)`: what `f` performs)
             function = function_argument(call)
             return self.row_of(function, depth + 1) if function is not None else None
         if isinstance(callee, CallExpr):
@@ -327,15 +377,11 @@ class Analysis:
             if effax_name(callee_fullname(callee.callee)) in RETURNING:  # jit(**kw)(f)
                 function = function_argument(call)
                 return self.row_of(function, depth + 1) if function is not None else None
-            return None
-        if callee_fullname(callee) == "functools.partial":
+        elif callee_fullname(callee) == "functools.partial":
             function = function_argument(call)
             return self.row_of(function, depth + 1) if function is not None else None
-        if isinstance(callee, RefExpr) and isinstance(callee.node, TypeInfo):
-            return self.member_row(callee.node, "__call__")
-        if isinstance(callee, RefExpr) and callee.node in self.class_objects:  # cls(...)(x)
-            return self.member_row(self.self_class[callee.node], "__call__")
-        return None
+        info = self.constructed(callee)  # `Model(...)(x)`, `cls(...)(x)`, `type(self)(...)(x)`
+        return self.member_row(info, "__call__") if info is not None else None
 
     def compiled(self, expr: Expression) -> bool:
         """Whether `expr` is a compiled handled function (`effax.Compiled`)."""
@@ -343,7 +389,11 @@ class Analysis:
             callee = expr.callee.callee if isinstance(expr.callee, CallExpr) else expr.callee
             name = effax_name(callee_fullname(callee))
             return name == "jit" or (name == "handle" and keyword(expr, "transform") is not None)
-        info = self.instance_class(expr)
+        if isinstance(expr, RefExpr) and isinstance(expr.node, Decorator):  # @effax.jit
+            decorated = get_proper_type(expr.node.var.type)
+            info = decorated.type if isinstance(decorated, Instance) else None
+        else:
+            info = self.instance_class(expr)
         return info is not None and effax_name(info.fullname) == "Compiled"
 
     def demand_of(self, function: FuncItem) -> Row:
@@ -393,12 +443,19 @@ class Analysis:
         discharged = self.discharged(expr)
         if discharged is not None:
             return discharged
+        if isinstance(expr, AssignmentExpr):  # `with (h := x.provide(1)):`
+            return self.installed(expr.value, depth + 1)
+        if isinstance(expr, ConditionalExpr):  # what either installs handles for sure
+            rows = [self.installed(e, depth + 1) for e in (expr.if_expr, expr.else_expr)]
+            first, second = rows
+            return None if first is None or second is None else first & second
         if isinstance(expr, CallExpr):
             if effax_name(callee_fullname(expr.callee)) == "handlers":
-                if has_star(expr):
+                spread = self.spread(expr)
+                if spread is None:
                     return None
                 found: set[str] = set()
-                for arg in expr.args:
+                for arg in spread:
                     row = self.discharged(arg)
                     if row is None:
                         return None
@@ -465,6 +522,16 @@ class Analysis:
                 if not passed:  # a lambda passed as an argument is walked as such
                     found |= self.row_of(function) or frozenset()
             return frozenset(found), f"effax.{name}"
+        if foreign_higher_order(fullname) == "calls":
+            # `jax.lax.scan(step, ...)`, `map(f, xs)`, `sorted(xs, key=f)`: the functions
+            # handed over are called now (a lambda there is walked as one)
+            assert fullname is not None
+            for arg in foreign_callables(call, fullname):
+                if not isinstance(arg, LambdaExpr):
+                    row = self.row_of(arg)
+                    if row:
+                        return row, describe(arg)
+            return None
         if isinstance(callee, LambdaExpr):
             return None
         row = self.row_of(callee)

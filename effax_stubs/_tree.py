@@ -41,6 +41,7 @@ from ._names import (
     TRANSPARENT_DECORATORS,
     callee_fullname,
     effax_name,
+    foreign_higher_order,
 )
 
 __all__ = [
@@ -205,6 +206,10 @@ def transparent(expr: Expression) -> bool:
     fullname = callee_fullname(expr)
     if fullname in TRANSPARENT_DECORATORS or effax_name(fullname) in RETURNING:
         return True
+    if foreign_higher_order(fullname) == "returns":  # @jax.jit, @eqx.filter_jit, ...
+        return True
+    if isinstance(expr, MemberExpr) and expr.name in ("setter", "deleter"):
+        return True  # `@value.setter`: the setter's own row counts where it assigns
     # effax.jit(static_argnames=...) and friends
     return (
         isinstance(expr, CallExpr)

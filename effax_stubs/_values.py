@@ -2,26 +2,42 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from mypy.nodes import (
     CallExpr,
+    FuncItem,
     MemberExpr,
+    MypyFile,
     NameExpr,
+    Statement,
     TypeInfo,
+    WithStmt,
 )
 from mypy.plugin import CheckerPluginInterface, MethodContext
 from mypy.subtypes import is_subtype
 from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
+from ._calls import scope_stack
 from ._marks import declaration_of_type
-from ._names import UNHASHABLE_CLASSES
+from ._names import PERFORMING, UNHASHABLE_CLASSES, callee_fullname, effax_name, keyword
 from ._report import HANDLER_TYPE, short
+from ._rows import Analysis
+from ._tree import descendants
 
-__all__ = ["PROMOTED", "check_value", "is_hashable", "is_text", "narrower_name", "type_name"]
+__all__ = [
+    "PROMOTED",
+    "check_value",
+    "is_hashable",
+    "is_text",
+    "narrower_name",
+    "reaches_compiled",
+    "type_name",
+]
 
 
-def check_value(ctx: MethodContext) -> None:
+def check_value(ctx: MethodContext, modules: Mapping[str, MypyFile]) -> None:
     """Rule 3: a handler given a value its effect cannot carry (`HANDLER_TYPE`)."""
     call = ctx.context
     if not isinstance(call, CallExpr) or not isinstance(call.callee, MemberExpr):
@@ -46,7 +62,17 @@ def check_value(ctx: MethodContext) -> None:
             f'"{method}" is given an unhashable "{type_name(value)}"; pass a hashable '
             "value (a tuple, a frozen dataclass) or declare it with static=False"
         )
-    elif (kind == "State" or declaration.static is False) and is_text(value):
+    elif (
+        (kind == "State" or declaration.static is False)
+        and is_text(value)
+        # declared to hold text (`Ask[str]`), eager code may use it as such: only a
+        # compiled call performing it under this handler refuses it at run time
+        and (
+            kind == "State"
+            or not (receiver.args and is_text(receiver.args[0]))
+            or reaches_compiled(ctx.api, modules, call, declaration.fullname)
+        )
+    ):
         problem = (
             f"{effect} is traced, so its value crosses jax.jit as an array, but "
             f'"{method}" is given a "{type_name(value)}"'
@@ -65,14 +91,84 @@ def check_value(ctx: MethodContext) -> None:
         ctx.api.fail(problem, call, code=HANDLER_TYPE)
 
 
-def is_hashable(api: CheckerPluginInterface, typ: Type) -> bool:
+def reaches_compiled(
+    api: CheckerPluginInterface, modules: Mapping[str, MypyFile], call: CallExpr, effect: str
+) -> bool:
+    """Whether the handler made by `call` is installed (`with call:`, or given to
+    `effax.handle(..., transform=...)`) around a compiled call that performs
+    `effect`, where that is plain to see in the same scope."""
+    stack = scope_stack(api)
+    scope = stack[-1] if stack else None
+    if isinstance(scope, MypyFile):
+        body: list[Statement] = scope.defs
+        root = None
+    elif isinstance(scope, FuncItem):
+        body, root = scope.body.body, scope
+    else:
+        return False
+    analysis = Analysis(modules, root, body)
+    for statement in body:
+        for node in (statement, *descendants(statement)):
+            if isinstance(node, WithStmt) and any(e is call for e in node.expr):
+                return any(
+                    _compiled_call(analysis, inner, effect)
+                    for inner in descendants(node.body)
+                    if isinstance(inner, CallExpr)
+                )
+            if (
+                isinstance(node, CallExpr)
+                and effax_name(callee_fullname(node.callee)) == "handle"
+                and any(a is call for a in node.args)
+            ):
+                row = analysis.row_of(node.args[0]) if node.args else None
+                return keyword(node, "transform") is not None and effect in (row or ())
+    return False
+
+
+def _compiled_call(analysis: Analysis, call: CallExpr, effect: str) -> bool:
+    """Whether `call` traces code performing `effect`: a compiled handled function
+    (`effax.jit(f)`, `effax.handle(f, transform=...)`) or effax's control flow."""
+    if not analysis.compiled(call.callee) and effax_name(callee_fullname(call.callee)) not in (
+        PERFORMING
+    ):
+        return False
+    performed = analysis.performed(call)
+    return performed is not None and effect in performed[0]
+
+
+def is_hashable(api: CheckerPluginInterface, typ: Type, depth: int = 0) -> bool:
+    """Whether values of `typ` can be hashed: also what they hold, as Python hashes
+    it (a tuple's items, a frozen dataclass's fields: a list in either is not)."""
     proper = get_proper_type(typ)
     if isinstance(proper, Instance) and (
         any(base.fullname in UNHASHABLE_CLASSES for base in proper.type.mro)
         or _unhashable_dataclass(proper.type)
     ):
         return False
-    return is_subtype(typ, api.named_generic_type("typing.Hashable", []))
+    if not is_subtype(typ, api.named_generic_type("typing.Hashable", [])):
+        return False
+    return depth > 8 or all(is_hashable(api, t, depth + 1) for t in _held(proper))
+
+
+def _held(typ: Type) -> list[Type]:
+    """The types of what a value of `typ` holds and hashes with it: a tuple's items,
+    a frozen dataclass's fields (generic ones are not followed)."""
+    if isinstance(typ, TupleType):
+        return list(typ.items)
+    if not isinstance(typ, Instance):
+        return []
+    if typ.type.fullname == "builtins.tuple":
+        return list(typ.args)
+    data = typ.type.metadata.get("dataclass")
+    if data is None or typ.args:
+        return []
+    held = []
+    for attribute in data.get("attributes", ()):
+        symbol = typ.type.get(attribute.get("name", ""))
+        var_type = getattr(symbol.node, "type", None) if symbol is not None else None
+        if var_type is not None:
+            held.append(var_type)
+    return held
 
 
 def _unhashable_dataclass(info: TypeInfo) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from mypy.nodes import (
+    AssignmentStmt,
     Block,
     CallExpr,
     ClassDef,
@@ -13,15 +14,28 @@ from mypy.nodes import (
     Expression,
     FuncDef,
     LambdaExpr,
+    ListExpr,
     MemberExpr,
     Node,
+    OperatorAssignmentStmt,
     OverloadedFuncDef,
     RefExpr,
+    StarExpr,
     SymbolNode,
+    TryStmt,
+    TupleExpr,
     WithStmt,
 )
 
-from ._names import FOREIGN_PACKAGES, RETURNING, Row, callee_fullname, effax_name, function_argument
+from ._names import (
+    FOREIGN_PACKAGES,
+    RETURNING,
+    Row,
+    callee_fullname,
+    effax_name,
+    foreign_higher_order,
+    function_argument,
+)
 from ._report import Sink, describe
 from ._tree import children_of, is_uses
 
@@ -45,6 +59,7 @@ class Walker:
         self.around = around
         self.handled: Row | None = frozenset()  # None: anything may be handled
         self.exit_stacks: set[SymbolNode | None] = set()  # `with ExitStack() as <these>`
+        self.setters: set[int] = set()  # properties assigned (ids in `around`)
 
     def visit(self, node: Node) -> None:
         if isinstance(node, Block):
@@ -62,20 +77,68 @@ class Walker:
             pass  # counts where it is called or passed to a call: see visit_call
         elif isinstance(node, WithStmt):
             self.visit_with(node)
+        elif isinstance(node, TryStmt) and self.catches_missing(node):
+            # the optional-effect pattern: what the body performs unhandled is caught
+            outer, self.handled = self.handled, None
+            self.visit(node.body)
+            self.handled = outer
+            for block in (*node.handlers, node.else_body, node.finally_body):
+                if block is not None:
+                    self.visit(block)
         elif isinstance(node, CallExpr):
             self.visit_call(node)
         elif isinstance(node, MemberExpr):
             self.visit(node.expr)
-            row = self.analysis.property_row(node)  # reading a property runs its getter
-            if row and self.around is not None:
-                self.around[id(node)] = self.handled
-            elif row and self.handled is not None:
-                missing = row - self.handled
-                if missing:
-                    self.sink(node, missing, describe(node))
+            self.visit_property(node, setter=False)  # reading a property runs its getter
+        elif isinstance(node, AssignmentStmt | OperatorAssignmentStmt):
+            self.visit(node.rvalue)
+            lvalues = node.lvalues if isinstance(node, AssignmentStmt) else [node.lvalue]
+            for target in lvalues:
+                self.visit_target(target, update=isinstance(node, OperatorAssignmentStmt))
         else:
             for child in children_of(node):
                 self.visit(child)
+
+    def visit_target(self, target: Expression, *, update: bool) -> None:
+        """An assignment's target: assigning a property runs its setter (and `+=`
+        its getter first)."""
+        if isinstance(target, TupleExpr | ListExpr | StarExpr):
+            for item in target.items if not isinstance(target, StarExpr) else [target.expr]:
+                self.visit_target(item, update=update)
+        elif isinstance(target, MemberExpr):
+            self.visit(target.expr)
+            if update:
+                self.visit_property(target, setter=False)
+            self.visit_property(target, setter=True)
+        else:
+            self.visit(target)
+
+    def visit_property(self, node: MemberExpr, *, setter: bool) -> None:
+        row = self.analysis.property_row(node, setter=setter)
+        if not row:
+            return
+        if self.around is not None:  # checked from the attribute hook
+            self.around[id(node)] = self.handled
+            if setter:
+                self.setters.add(id(node))
+        elif self.handled is not None:
+            missing = row - self.handled
+            if missing:
+                self.sink(node, missing, describe(node))
+
+    def catches_missing(self, node: TryStmt) -> bool:
+        """Whether `node`'s handlers catch what performing an effect with no handler
+        raises here: `UnhandledEffectError` at module level; in a function with a
+        row, `UndeclaredEffectError` (a handler outside the row is hidden)."""
+        caught = _CAUGHT_UNHANDLED if self.around is not None else _CAUGHT_UNDECLARED
+        for typ in node.types:
+            if typ is None:  # a bare `except:`
+                return True
+            for item in typ.items if isinstance(typ, TupleExpr) else [typ]:
+                fullname = callee_fullname(item)
+                if fullname in caught or effax_name(fullname) in caught:
+                    return True
+        return False
 
     def visit_with(self, node: WithStmt) -> None:
         # `with a, b:` is `with a: with b:`: each item is evaluated under the ones before
@@ -98,7 +161,8 @@ class Walker:
         name = effax_name(callee_fullname(node.callee))
         skip: Expression | None = None
         declaring = isinstance(node.callee, CallExpr) and is_uses(node.callee)  # uses(...)(f)
-        if name == "handle" or name in RETURNING or declaring:
+        returns = foreign_higher_order(callee_fullname(node.callee)) == "returns"  # jax.grad
+        if name == "handle" or name in RETURNING or declaring or returns:
             function = function_argument(node)
             if isinstance(function, LambdaExpr):
                 skip = function  # performed where the returned function is called
@@ -134,6 +198,11 @@ class Walker:
 
 
 _EXIT_STACKS: Final = frozenset({"contextlib.ExitStack", "contextlib.AsyncExitStack"})
+_CAUGHT_BY_BASES: Final = frozenset(
+    {"EffectError", "builtins.LookupError", "builtins.Exception", "builtins.BaseException"}
+)
+_CAUGHT_UNHANDLED: Final = _CAUGHT_BY_BASES | {"UnhandledEffectError"}
+_CAUGHT_UNDECLARED: Final = _CAUGHT_BY_BASES | {"UndeclaredEffectError"}
 
 
 def hooked(call: CallExpr) -> bool:

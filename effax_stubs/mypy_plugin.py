@@ -121,6 +121,7 @@ from ._marks import (
     with_marks,
 )
 from ._names import (
+    HIGHER_ORDER_PACKAGES,
     KINDS,
     MAKERS,
     METADATA,
@@ -132,6 +133,7 @@ from ._names import (
     effax_method,
     effax_name,
     effect_operations,
+    foreign_higher_order,
     is_effect_class,
     is_handler_maker,
     kind_of,
@@ -179,6 +181,11 @@ class EffaxPlugin(Plugin):
             return self._module_level
         if fullname == "functools.partial":
             return self._partial
+        higher_order = foreign_higher_order(fullname)
+        if higher_order == "returns":
+            return self._through  # `jax.grad(f)`: a function with `f`'s row
+        if higher_order == "calls":
+            return self._module_level  # `list(map(f, xs))`, `jax.lax.scan(f, ...)`
         if self._has_row(fullname):
             return self._module_level
         if self._user_effect(fullname) is not None:
@@ -199,6 +206,8 @@ class EffaxPlugin(Plugin):
         owner, _, name = fullname.rpartition(".")
         if effax_name(owner) == "Compiled" and name in ("__call__", "trace", "lower"):
             return self._module_level  # a compiled handled function, `effax.jit(f)`
+        if name == "__call__" and owner.startswith(HIGHER_ORDER_PACKAGES):
+            return self._module_level  # a function JAX transformed (`jax.jit(f)`)
         if self._has_row(fullname):
             return self._module_level
         info = self._user_effect(owner)
@@ -212,7 +221,11 @@ class EffaxPlugin(Plugin):
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
         """Reading a property whose getter has a row performs it (checked here at
         module level; inside functions, from their `effax.uses`)."""
-        return self._property_read if self._has_row(fullname) else None
+        if self._has_row(fullname):
+            return self._property_read
+        owner, _, name = fullname.rpartition(".")
+        info = self._user_effect(owner)  # an operation of an effect, as a property
+        return self._property_read if info is not None and name in effect_operations(info) else None
 
     def get_base_class_hook(self, fullname: str) -> Callable[[ClassDefContext], None] | None:
         """A user-defined effect class: record its operations in its metadata."""
@@ -246,21 +259,15 @@ class EffaxPlugin(Plugin):
             return False
         try:
             node = self._lookup(fullname)
-            if isinstance(node, TypeInfo):  # a class whose `__init__` has a row
-                symbol = node.get("__init__")
-                node = symbol.node if symbol is not None else None
+            if isinstance(node, TypeInfo):  # a class whose `__init__` (or `__call__`:
+                # `Scale(3)(x)`, checked from the constructor's hook) has a row
+                return any(self._has_row(f"{node.fullname}.{m}") for m in ("__init__", "__call__"))
             if isinstance(node, OverloadedFuncDef):  # an overload, or a property's setter
-                node = node.impl if node.impl is not None else node.items[0]
-            if isinstance(node, Decorator):
-                if row_of_type(node.var.type) is not None:
-                    return True
-                decorators = node.original_decorators or node.decorators
-                return any(
-                    is_uses(d) or effax_name(callee_fullname(callee_of(d) or d)) in RETURNING
-                    for d in decorators
-                )
+                items = [node.impl] if node.impl is not None else node.items
+                return any(_decorated_with_row(item) for item in items)
             if isinstance(node, Var):
                 return row_of_type(node.type) is not None
+            return _decorated_with_row(node)
         except Exception:
             if self._debug:
                 raise
@@ -347,8 +354,9 @@ class EffaxPlugin(Plugin):
         return self._through(ctx, handle=True)
 
     def _through(self, ctx: FunctionContext, *, handle: bool = False) -> Type:
-        """`effax.handle(f, *handlers)`, `effax.jit(f)`, `effax.grad(f)`, ...: the
-        returned function's row is `f`'s, minus what the handlers discharge."""
+        """`effax.handle(f, *handlers)`, `effax.jit(f)`, `effax.grad(f)`, ... (and
+        JAX's `jax.grad(f)`, ...): the returned function's row is `f`'s, minus what
+        the handlers discharge."""
         result: list[Type] = [ctx.default_return_type]
 
         def mark() -> None:
@@ -385,7 +393,7 @@ class EffaxPlugin(Plugin):
                 result[0] = with_marks(ctx.default_return_type, marks)
 
         self._guarded(mark)
-        self._guarded(lambda: check_value(ctx))
+        self._guarded(lambda: check_value(ctx, self._module_map()))
         return result[0]
 
     def _handlers(self, ctx: FunctionContext) -> Type:
@@ -443,6 +451,20 @@ class EffaxPlugin(Plugin):
     def _module_level(self, ctx: FunctionContext | MethodContext) -> Type:
         self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
         return ctx.default_return_type
+
+
+def _decorated_with_row(node: object) -> bool:
+    """Whether `node` is a definition decorated with a row (or with an effax wrapper
+    of a function that has one)."""
+    if not isinstance(node, Decorator):
+        return False
+    if row_of_type(node.var.type) is not None:
+        return True
+    decorators = node.original_decorators or node.decorators
+    return any(
+        is_uses(d) or effax_name(callee_fullname(callee_of(d) or d)) in RETURNING
+        for d in decorators
+    )
 
 
 class _Disabled(Plugin):

@@ -23,8 +23,10 @@ weights.provide(jnp.ones(3))  # E: effax-handler-type: unhashable "Array"
 static_mode.provide("fast")
 config.provide((1, "a"))
 
-# case: a traced Ask cannot carry text
-traced_mode.provide("fast")  # E: effax-handler-type: Ask "traced_mode" is traced, so its value crosses jax.jit as an array, but "provide" is given a "str"; declare it with static=True
+# case: a traced Ask cannot carry text into a compiled call
+with traced_mode.provide("fast"):  # E: effax-handler-type: Ask "traced_mode" is traced, so its value crosses jax.jit as an array, but "provide" is given a "str"; declare it with static=True
+    fx.jit(lambda: len(traced_mode.ask()))()
+fx.handle(lambda: traced_mode.ask(), traced_mode.provide("x"), transform=jax.jit)()  # E: effax-handler-type
 
 # case: a State cannot carry text
 name.init("x")  # E: effax-handler-type: State "name" is traced

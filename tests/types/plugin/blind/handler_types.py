@@ -120,11 +120,19 @@ def static_object_list() -> None:
 # case: list for an annotated static Ask
 levels_bad = annotated_levels.provide([1, 2])  # E: effax-handler-type
 
-# case: str for a traced Ask
+# case: str for a traced Ask, performed by a compiled call under it
+# (issue 28 narrowed this rule: an `Ask[str]` given a str and used eagerly is legal)
 @fx.uses()
 def traced_str() -> None:
     with label.provide("run-1"):  # E: effax-handler-type
-        pass
+        fx.jit(lambda: len(label.ask()))()
+
+
+# case: str for a traced Ask[str] used eagerly only
+@fx.uses()
+def traced_str_eager() -> None:
+    with label.provide("run-1"):
+        print(label.ask())
 
 
 # case: str for a State
