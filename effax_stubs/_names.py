@@ -21,7 +21,10 @@ from mypy.nodes import (
 from mypy.types import CallableType, Instance, get_proper_type
 
 __all__ = [
+    "BUILTIN_CALLING",
+    "FOREIGN_CALLING",
     "FOREIGN_PACKAGES",
+    "FOREIGN_TRANSFORMS",
     "FUNCTION_NAMES",
     "HIGHER_ORDER_PACKAGES",
     "HANDLER_CLASSES",

@@ -70,7 +70,8 @@ plugin loads with no hooks and says so on stderr.
 
 Layout: this module holds the hooks; `_names` (what effax looks like to the
 plugin), `_marks` (declarations: markers in types), `_tree` (the syntax tree),
-`_rows` (what code performs, handles and declares), `_walker` (statements in
+`_scope` (what names in a body refer to), `_rows` (what code performs, handles
+and declares), `_walker` (statements in
 order, with the handlers around each call), `_calls` (rules 1 and 2), `_values`
 (rule 3) and `_report` (error codes and message wording).
 """
