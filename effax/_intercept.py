@@ -14,11 +14,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from ._effect import Effect, raise_obstacle
 from ._errors import EffectTypeError, EffectUsageError, UnhandledEffectError
 from ._protocol import BatchPolicy, Export, Handler, Outcome, PyTree
+
+if TYPE_CHECKING:
+    import jax
+
+    from ._ask import Ask, Provider
+    from ._emit import Collector, Emit
+    from ._random_key import KeyStream, RandomKey
+    from ._recorder import TapHandler
+    from ._state import State, StateCell
+    from ._state_dict import StateDict, StateDictCell
+    from ._tap import Tap
 
 __all__ = ["Interceptor", "intercept"]
 
@@ -26,6 +37,7 @@ E = TypeVar("E", bound="Effect[Any]")
 # Covariant, as `Handler`'s parameter is: `outer` is typed through it.
 E_co = TypeVar("E_co", bound="Effect[Any]", covariant=True)
 H_out = TypeVar("H_out", bound=Handler[Any])
+T = TypeVar("T")
 
 # The operations an interceptor answers: ((name, fn), ...) sorted by name. Static:
 # part of a compiled call's cache key, compared by each function's identity.
@@ -251,6 +263,40 @@ class Interceptor(Handler[E_co]):
         return None  # nothing of its own: the handler it forwards to is snapshotted
 
 
+# Typed per kind of effect, so that the checkers know each function's arguments
+# (`outer` is the handler its effect's `handler()` returns); any other effect, or
+# an operation a kind does not have, falls to the last form (and run time says).
+@overload
+def intercept(effect: Ask[T], *, ask: Callable[[Provider[T]], T] = ...) -> Interceptor[Ask[T]]: ...
+@overload
+def intercept(
+    effect: State[T],
+    *,
+    get: Callable[[StateCell[T]], T] = ...,
+    set: Callable[[StateCell[T], T], object] = ...,
+    modify: Callable[[StateCell[T], Callable[[T], T]], T] = ...,
+) -> Interceptor[State[T]]: ...
+@overload
+def intercept(
+    effect: StateDict[T],
+    *,
+    get: Callable[[StateDictCell[T], str, T | Callable[[], T] | None], T] = ...,
+    set: Callable[[StateDictCell[T], str, T], object] = ...,
+) -> Interceptor[StateDict[T]]: ...
+@overload
+def intercept(
+    effect: RandomKey, *, next_key: Callable[[KeyStream], jax.Array] = ...
+) -> Interceptor[RandomKey]: ...
+@overload
+def intercept(
+    effect: Emit[T], *, emit: Callable[[Collector[T], T], object] = ...
+) -> Interceptor[Emit[T]]: ...
+@overload
+def intercept(
+    effect: Tap[T], *, tap: Callable[[TapHandler[T], str, T], T] = ...
+) -> Interceptor[Tap[T]]: ...
+@overload
+def intercept(effect: E, **operations: Callable[..., Any]) -> Interceptor[E]: ...
 def intercept(effect: E, **operations: Callable[..., Any]) -> Interceptor[E]:
     """A handler of `effect` that answers the named operations with
     ``fn(outer, *args)`` and forwards every other one, unchanged, to the handler

@@ -173,3 +173,23 @@ with fx.handlers(*bundle):
 mixed = [steps.init(jnp.zeros(())), limit.provide(jnp.ones(()))]
 with fx.handlers(*mixed):  # type: ignore[arg-type]
     pass
+
+
+# --- `effax.intercept`'s functions get their arguments' types from the effect's
+# kind (`outer` is the handler its `handler()` returns), which pyright's strict
+# mode refused as unknown; mypy infers a lambda's parameters in a call of an
+# overloaded function as `Any` (each `assert_type` pinned for it)
+
+log = fx.Emit[float]("log")
+lr = fx.Ask[float]("lr")
+weights = fx.State[jax.Array]("weights")
+bn = fx.StateDict[jax.Array]("bn")
+acts = fx.Tap[jax.Array]("acts")
+fx.intercept(log, emit=lambda outer, v: outer.emit(assert_type(v, float) * 2))  # type: ignore[assert-type]
+fx.intercept(lr, ask=lambda outer: assert_type(outer, fx.Provider[float]).ask())  # type: ignore[assert-type]
+fx.intercept(weights, set=lambda outer, v: outer.set(assert_type(v, jax.Array)))  # type: ignore[assert-type]
+fx.intercept(bn, set=lambda outer, name, v: outer.set(assert_type(name, str), v))  # type: ignore[assert-type]
+fx.intercept(bn, get=lambda outer, name, init=None: outer.get(name, init) * 2)
+fx.intercept(acts, tap=lambda outer, site, x: outer.tap(site, assert_type(x, jax.Array)))  # type: ignore[assert-type]
+fx.intercept(fx.rng, next_key=lambda outer: jax.random.fold_in(outer.next_key(), 1))
+fx.intercept(events, tick=lambda outer: outer.count)  # another effect: any operation
