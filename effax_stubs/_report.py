@@ -10,6 +10,7 @@ from mypy.nodes import (
     CallExpr,
     Context,
     Expression,
+    IndexExpr,
     MemberExpr,
     NameExpr,
 )
@@ -57,6 +58,8 @@ def describe(expr: Expression) -> str:
         return f"effax.{name}" if name else expr.name
     if isinstance(expr, CallExpr):
         return f"{describe(expr.callee)}(...)"
+    if isinstance(expr, IndexExpr):  # `Buffer[int]`: the class
+        return describe(expr.base)
     return "this call"
 
 

@@ -13,6 +13,7 @@ from mypy.nodes import (
     Decorator,
     Expression,
     FuncDef,
+    IndexExpr,
     LambdaExpr,
     ListExpr,
     MemberExpr,
@@ -24,6 +25,7 @@ from mypy.nodes import (
     SymbolNode,
     TryStmt,
     TupleExpr,
+    TypeInfo,
     WithStmt,
 )
 
@@ -208,7 +210,10 @@ _CAUGHT_UNDECLARED: Final = _CAUGHT_BY_BASES | {"UndeclaredEffectError"}
 def hooked(call: CallExpr) -> bool:
     """Whether mypy can call a plugin hook for `call`: its callee has a name. Others
     (`effax.jit(f)(x)`, `(f if c else g)(x)`) are checked where they are walked."""
-    return isinstance(call.callee, RefExpr | LambdaExpr)
+    callee = call.callee
+    if isinstance(callee, IndexExpr):  # `Buffer[int](...)`: the class's hook
+        return isinstance(callee.base, RefExpr) and isinstance(callee.base.node, TypeInfo)
+    return isinstance(callee, RefExpr | LambdaExpr)
 
 
 def _user_function(callee: Expression) -> bool:
