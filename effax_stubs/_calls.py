@@ -14,7 +14,6 @@ from mypy.nodes import (
     MemberExpr,
     MypyFile,
     Node,
-    OverloadedFuncDef,
     TypeInfo,
 )
 from mypy.plugin import CheckerPluginInterface
@@ -22,7 +21,7 @@ from mypy.plugin import CheckerPluginInterface
 from ._names import Row
 from ._report import UNDECLARED, UNHANDLED, describe, short, subject
 from ._rows import Analysis
-from ._tree import descendants, is_uses, top_level
+from ._tree import descendants, index_of, is_uses
 from ._walker import Walker, hooked
 
 __all__ = [
@@ -51,19 +50,13 @@ def find_decorator(scope: object, call: Context) -> Decorator | None:
         statements = scope.body.body
     else:
         return None
-    for statement in top_level(statements):
-        # an overloaded function: its implementation, and its `@overload` items
-        candidates = (
-            [*statement.items, statement.impl]
-            if isinstance(statement, OverloadedFuncDef)
-            else [statement]
-        )
-        for candidate in candidates:
-            if isinstance(candidate, Decorator):
-                decorators = candidate.original_decorators or candidate.decorators
-                if any(d is call for d in decorators):
-                    return candidate
-    return None
+    found = index_of(statements).decorated.get(id(call))
+    return (
+        found
+        if found is not None
+        and any(d is call for d in found.original_decorators or found.decorators)
+        else None
+    )
 
 
 def check_function(

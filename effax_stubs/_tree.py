@@ -4,7 +4,7 @@ that matter to rows."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final
+from typing import Final, NamedTuple
 
 from mypy.nodes import (
     ARG_NAMED,
@@ -46,6 +46,7 @@ from ._names import (
 
 __all__ = [
     "CHILDREN",
+    "Index",
     "Locals",
     "binding_in_module",
     "blocks_of",
@@ -53,6 +54,7 @@ __all__ = [
     "descendants",
     "effect_operations_in",
     "foreign_class",
+    "index_of",
     "is_uses",
     "nodes_in",
     "top_level",
@@ -104,25 +106,47 @@ CHILDREN: Final = (
 )
 
 
-def children_of(node: Node) -> Iterator[Node]:
-    for name in CHILDREN:
-        yield from nodes_in(getattr(node, name, None))
+# the names of `CHILDREN` each node class has, found once per class (the walks
+# below visit every node of a module: most of the plugin's time was spent here)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def children_of(node: Node) -> list[Node]:
+    cls = type(node)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(n for n in CHILDREN if hasattr(cls, n))
+    found: list[Node] = []
+    for name in names:
+        _collect(getattr(node, name, None), found)
+    return found
 
 
 def descendants(node: Node) -> Iterator[Node]:
-    """Every node below `node` (lambda bodies included; `node` references are not
-    followed, see `CHILDREN`)."""
-    for child in children_of(node):
+    """Every node below `node`, depth first in source order (lambda bodies
+    included; `node` references are not followed, see `CHILDREN`)."""
+    stack = children_of(node)
+    stack.reverse()
+    while stack:
+        child = stack.pop()
         yield child
-        yield from descendants(child)
+        below = children_of(child)
+        below.reverse()
+        stack.extend(below)
 
 
-def nodes_in(value: object) -> Iterator[Node]:
+def nodes_in(value: object) -> list[Node]:
+    found: list[Node] = []
+    _collect(value, found)
+    return found
+
+
+def _collect(value: object, found: list[Node]) -> None:
     if isinstance(value, Expression | Statement | Block):
-        yield value
+        found.append(value)
     elif isinstance(value, list | tuple):
         for item in value:
-            yield from nodes_in(item)
+            _collect(item, found)
 
 
 def blocks_of(statement: Statement) -> Iterator[Block]:
@@ -139,18 +163,51 @@ def top_level(statements: list[Statement]) -> Iterator[Statement]:
                 yield from top_level(block.body)
 
 
+class Index(NamedTuple):
+    """What the plugin looks up in the statements of one level (a module, a class
+    body, a function body), found in one pass (`index_of`)."""
+
+    statements: list[Statement]  # kept: the index is that of this very list
+    decorated: dict[int, Decorator]  # by id of each of its decorator expressions
+    assigned: dict[int, AssignmentStmt]  # by id of its value
+    bindings: dict[str, list[Expression | None]]  # by name: `name = value` (None: unpacked)
+
+
+_INDEXES: dict[int, Index] = {}
+
+
+def index_of(statements: list[Statement]) -> Index:
+    """The index of `statements` (and the statements in their compound statements,
+    not in definitions), made once per list."""
+    index = _INDEXES.get(id(statements))
+    if index is not None and index.statements is statements:
+        return index
+    index = _INDEXES[id(statements)] = Index(statements, {}, {}, {})
+    for statement in top_level(statements):
+        items = (
+            [*statement.items, statement.impl]
+            if isinstance(statement, OverloadedFuncDef)
+            else [statement]
+        )
+        for item in items:
+            if isinstance(item, Decorator):
+                for decorator in item.original_decorators or item.decorators:
+                    index.decorated[id(decorator)] = item
+        if isinstance(statement, AssignmentStmt):
+            index.assigned[id(statement.rvalue)] = statement
+            for lvalue in statement.lvalues:
+                if isinstance(lvalue, NameExpr):
+                    index.bindings.setdefault(lvalue.name, []).append(statement.rvalue)
+                elif isinstance(lvalue, TupleExpr | ListExpr):
+                    for target in lvalue.items:
+                        if isinstance(target, NameExpr):
+                            index.bindings.setdefault(target.name, []).append(None)
+    return index
+
+
 def binding_in_module(module: MypyFile, name: str) -> Expression | None:
     """The value of a module-level variable bound once, by `name = value`."""
-    found: list[Expression | None] = []
-    for statement in top_level(module.defs):
-        if isinstance(statement, AssignmentStmt):
-            for lvalue in statement.lvalues:
-                if isinstance(lvalue, NameExpr) and lvalue.name == name:
-                    found.append(statement.rvalue)
-                elif isinstance(lvalue, TupleExpr | ListExpr) and any(
-                    isinstance(item, NameExpr) and item.name == name for item in lvalue.items
-                ):
-                    found.append(None)
+    found = index_of(module.defs).bindings.get(name, ())
     return found[0] if len(found) == 1 else None
 
 

@@ -86,7 +86,6 @@ from typing import Final
 from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
-    AssignmentStmt,
     CallExpr,
     Decorator,
     MypyFile,
@@ -141,7 +140,7 @@ from ._names import (
 )
 from ._report import DEBUG_VARIABLE, HANDLER_TYPE, UNDECLARED, UNHANDLED
 from ._rows import Analysis
-from ._tree import effect_operations_in, is_uses, top_level
+from ._tree import effect_operations_in, index_of, is_uses
 from ._values import check_value
 
 __all__ = ["HANDLER_TYPE", "SUPPORTED_MYPY", "UNDECLARED", "UNHANDLED", "EffaxPlugin", "plugin"]
@@ -297,31 +296,30 @@ class EffaxPlugin(Plugin):
             if len(stack) != 1 or not isinstance(stack[0], MypyFile):
                 return
             module = stack[0]
-            for statement in top_level(module.defs):
-                if (
-                    isinstance(statement, AssignmentStmt)
-                    and statement.rvalue is ctx.context
-                    and len(statement.lvalues) == 1
-                    and isinstance(statement.lvalues[0], NameExpr)
-                ):
-                    assert isinstance(ctx.context, CallExpr)
-                    fullname = f"{module.fullname}.{statement.lvalues[0].name}"
-                    declaration = declaration_in(ctx.context, fullname)
-                    if declaration is None:
-                        return
-                    marks = {EFFECT + fullname}
-                    if declaration.static is not None and declaration.kind == "Ask":
-                        marks.add(STATIC if declaration.static else TRACED)
-                    if declaration.default:
-                        marks.add(DEFAULT)
-                    result[0] = with_marks(ctx.default_return_type, marks)
-                    var = statement.lvalues[0].node
-                    if isinstance(var, Var) and not var.is_inferred and var.type is not None:
-                        # `x: fx.Ask[float] = ...` (or `Final[...]`): the variable has the
-                        # annotation's type, which is what other modules read, from
-                        # mypy's symbol tables and its incremental cache: mark it too
-                        var.type = with_marks(var.type, marks)
+            statement = index_of(module.defs).assigned.get(id(ctx.context))
+            if statement is not None and (
+                statement.rvalue is ctx.context
+                and len(statement.lvalues) == 1
+                and isinstance(statement.lvalues[0], NameExpr)
+            ):
+                assert isinstance(ctx.context, CallExpr)
+                fullname = f"{module.fullname}.{statement.lvalues[0].name}"
+                declaration = declaration_in(ctx.context, fullname)
+                if declaration is None:
                     return
+                marks = {EFFECT + fullname}
+                if declaration.static is not None and declaration.kind == "Ask":
+                    marks.add(STATIC if declaration.static else TRACED)
+                if declaration.default:
+                    marks.add(DEFAULT)
+                result[0] = with_marks(ctx.default_return_type, marks)
+                var = statement.lvalues[0].node
+                if isinstance(var, Var) and not var.is_inferred and var.type is not None:
+                    # `x: fx.Ask[float] = ...` (or `Final[...]`): the variable has the
+                    # annotation's type, which is what other modules read, from
+                    # mypy's symbol tables and its incremental cache: mark it too
+                    var.type = with_marks(var.type, marks)
+                return
 
         self._guarded(check)
         return result[0]
