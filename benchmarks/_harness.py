@@ -10,8 +10,10 @@ better than dividing two medians taken at different times.
 from __future__ import annotations
 
 import gc
+import pathlib
 import random
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -185,3 +187,24 @@ def print_rows(title: str, rows: Iterable[Mapping[str, Any]]) -> None:
     for r in rows:
         if r["notes"]:
             print(f"  [{r['case']}] {r['contender']}: {r['notes']}")
+
+
+def git_commit(*watched: str) -> str | None:
+    """The commit benchmarked, with "+dirty" if the working tree has changes under
+    the `watched` folders (relative to the repository root)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", *watched],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return None
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

@@ -449,24 +449,6 @@ def print_profile(name: str, p: dict[str, Any]) -> None:
 # --- the benchmark --------------------------------------------------------------------
 
 
-def _git() -> str | None:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", *WATCHED],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-    except OSError:
-        return None
-    if head.returncode:
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one cold and one warm run each")
@@ -505,7 +487,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     results: dict[str, Any] = {
         "meta": {
-            "git": _git(),
+            "git": h.git_commit(*WATCHED),
             "mypy": version,
             "python": str(python),
             "config": str(CONFIG.relative_to(ROOT)),

@@ -38,7 +38,6 @@ import math
 import os
 import pathlib
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -76,28 +75,9 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _git() -> str | None:
-    """The commit benchmarked, with "+dirty" if the working tree has changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "effax"],
-            cwd=HERE.parent,
-            capture_output=True,
-            text=True,
-        )
-    except OSError:
-        return None
-    if head.returncode:
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
 def metadata(quick: bool) -> dict[str, Any]:
     return {
-        "git": _git(),
+        "git": h.git_commit("effax"),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "quick": quick,
         "python": platform.python_version(),
