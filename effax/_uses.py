@@ -16,6 +16,7 @@ decorator itself to check rows statically.
 from __future__ import annotations
 
 import functools as ft
+import inspect
 from collections.abc import Callable
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
@@ -75,6 +76,9 @@ def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
       unrelated handlers around the call cost nothing (no extra inputs, no retrace
       when their values change).
     - The mypy plugin ``effax_stubs.mypy_plugin`` checks the same rows statically.
+    - An ``async def`` function's row holds while its body runs (when awaited, in
+      the awaiting task); a generator function cannot declare one (its body runs a
+      step at a time, after the call): `EffectTypeError`.
 
     **Arguments:**
 
@@ -120,21 +124,46 @@ def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
                 f"effax.uses(...) decorates functions, but got {type(fn).__name__}: {fn!r}."
             )
         name = getattr(fn, "__qualname__", None) or repr(fn)
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise EffectTypeError(
+                f"effax.uses(...) decorates {name}, a generator function, whose body "
+                "runs a step at a time after the call returns, where a row cannot hide "
+                "the handlers outside it. Declare the row on a function that returns "
+                "the values, or on the function that consumes the generator."
+            )
         # One marker per decorated function: it is immutable, so each call only
         # copies the stack.
         marker = Undeclared(name, row)
 
-        @ft.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            stack = _context.current_stack()
+        def hiding() -> Any:
+            """The current stack's handlers of effects outside the row, hidden (the
+            token to pop), or None where there are none."""
             hidden = {
                 effect: (handler, marker)
-                for effect, (handler, ref) in stack.items()
+                for effect, (handler, ref) in _context.current_stack().items()
                 if effect not in declared and ref is not marker
             }
-            if not hidden:
+            return _context.push_entries(hidden) if hidden else None
+
+        if inspect.iscoroutinefunction(fn):
+            # its body runs when awaited, in the awaiting task: the row applies there
+            @ft.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                token = hiding()
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    if token is not None:
+                        _context.pop(token)
+
+            declare_row(run_async, row)
+            return run_async  # type: ignore[return-value]
+
+        @ft.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            token = hiding()
+            if token is None:
                 return fn(*args, **kwargs)
-            token = _context.push_entries(hidden)
             try:
                 return fn(*args, **kwargs)
             finally:

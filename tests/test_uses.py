@@ -321,3 +321,38 @@ def test_jit_inside_a_narrower_row():
     narrow = fx.uses(temperature)(lambda x: fast(x))
     with pytest.raises(fx.UndeclaredEffectError, match=r"<lambda> performed State\('steps'\)"):
         run(narrow)
+
+
+def test_an_async_function_keeps_its_row_across_awaits():
+    import asyncio
+
+    @fx.uses(temperature)
+    async def scaled(x):
+        await asyncio.sleep(0)  # the body runs when awaited, after other tasks ran
+        return x * temperature.ask()
+
+    @fx.uses(temperature)
+    async def sneaky(x):
+        await asyncio.sleep(0)
+        return x * temperature.ask() * other.ask()
+
+    async def main():
+        with temperature.provide(jnp.float32(2)), other.provide(jnp.float32(3)):
+            both = await asyncio.gather(scaled(jnp.float32(1)), scaled(jnp.float32(2)))
+            with pytest.raises(fx.UndeclaredEffectError, match="sneaky"):
+                await sneaky(jnp.float32(1))
+            # after it, the caller sees every handler again
+            return both, other.ask()
+
+    (a, b), seen = asyncio.run(main())
+    assert_bitwise_equal((a, b, seen), (jnp.float32(2), jnp.float32(4), jnp.float32(3)))
+    assert inspect.iscoroutinefunction(scaled)
+    assert fx.uses(temperature)(scaled).__name__ == "scaled"
+
+
+def test_a_generator_function_cannot_declare_a_row():
+    def draws():
+        yield temperature.ask()
+
+    with pytest.raises(fx.EffectTypeError, match="generator function"):
+        fx.uses(temperature)(draws)
