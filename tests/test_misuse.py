@@ -1013,6 +1013,10 @@ def test_handle_refuses_a_transformation_that_maps_or_differentiates(transform, 
 _OBJECTS = np.array([object(), object()])  # a NumPy array of Python objects
 
 
+def _generator():
+    yield 1
+
+
 def _stale():
     leaked = []
     jax.jit(lambda x: leaked.append(x) or x)(jnp.ones(()))
@@ -1167,7 +1171,15 @@ _BAD_ARGUMENTS = {
     "assert_processes_agree": [
         ("a str", lambda: fx.assert_processes_agree("h"), fx.EffectTypeError, "take handlers"),
     ],
-    "uses": [("a str", lambda: fx.uses("s"), fx.EffectTypeError, "takes effects")],
+    "uses": [
+        ("a str", lambda: fx.uses("s"), fx.EffectTypeError, "takes effects"),
+        (
+            "a generator function",
+            lambda: fx.uses(total)(_generator),
+            fx.EffectTypeError,
+            "generator function",
+        ),
+    ],
     "intercept": [
         ("a str effect", lambda: fx.intercept("loss"), fx.EffectTypeError, "takes an effect"),
         (
