@@ -10,6 +10,7 @@ region, its caller writes the outcomes back (`_writeback`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -106,7 +107,9 @@ def passed_through(carry: Any, out: Any) -> bool:
     leaves): the handler only read it, and keeps its value after the region."""
     if out is None:
         return carry is None
-    leaves, out_leaves = jax.tree.leaves(carry), jax.tree.leaves(out)
-    return len(leaves) == len(out_leaves) and all(
+    leaves, tree = jax.tree.flatten(carry)
+    out_leaves, out_tree = jax.tree.flatten(out)
+    # (the same structure too: a dict carry may gain entries that hold no array)
+    return bool(operator.eq(tree, out_tree)) and all(
         a is b for a, b in zip(leaves, out_leaves, strict=True)
     )

@@ -150,22 +150,18 @@ class Program:
                 jax.tree.map(_committed_sharding, flat[i]) for i in self.plan.carry_positions
             ]
 
-    def keep_types(
-        self, dynamic: Sequence[tuple[Any, Any]], outcomes: list[Outcome]
-    ) -> list[Outcome]:
-        """Inside a trace: each carry that comes out keeps the weak type it went
-        in with (a key counter that entered as a Python int), so that the next
-        call, passing it back in, reuses this program; and is constrained to the
-        sharding it went in with (a state must not come back resharded by XLA's
-        choice)."""
+    def keep_placements(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """Inside a trace: each carry that comes out is constrained to the sharding
+        it went in with (a state must not come back resharded by XLA's choice). Its
+        type is the one the traced code gave it, as eagerly: a Python number set to
+        a float32 array comes back a float32 array, not weakly typed (the next call
+        then compiles once more, for the array)."""
         shardings = iter(self.carry_shardings or ())
         kept = []
-        for slot, (_, carry), outcome in zip(self.plan.slots, dynamic, outcomes, strict=True):
+        for slot, outcome in zip(self.plan.slots, outcomes, strict=True):
             sharding = next(shardings, None) if slot.has_carry else None
-            if outcome.carry is not None:
-                new = _keep_weak(carry, outcome.carry)
-                if sharding is not None:
-                    new = _constrain(new, sharding)
+            if outcome.carry is not None and sharding is not None:
+                new = _constrain(outcome.carry, sharding)
                 if new is not outcome.carry:
                     outcome = outcome._replace(carry=new)
             kept.append(outcome)
@@ -214,23 +210,6 @@ class Program:
                 outputs.append(outcome.values)
             layout.append((outcome.static, has_carry, has_values))
         return self.outputs(tuple(layout), outputs)
-
-
-def _keep_weak(before: Any, after: Any) -> Any:
-    """`after`, with the leaves that were weakly typed in `before` weakly typed."""
-    if before is None or not any(_trace.is_weakly_typed(x) for x in jax.tree.leaves(before)):
-        return after
-    leaves, treedef = jax.tree.flatten(after)
-    old = jax.tree.leaves(before)
-    if len(old) != len(leaves):
-        return after
-    return jax.tree.unflatten(
-        treedef,
-        [
-            _trace.weakly_typed(x) if _trace.is_weakly_typed(o) else x
-            for o, x in zip(old, leaves, strict=True)
-        ],
-    )
 
 
 class _Placed:
@@ -375,7 +354,7 @@ class Function:
                     o._replace(carry=None) if passed_through(c, o.carry) else o
                     for (_, c), o in zip(dynamic, outcomes, strict=True)
                 ]
-            outcomes = program.keep_types(dynamic, outcomes)
+            outcomes = program.keep_placements(outcomes)
             looked = [key[0] for key in program.environment if key[0] in used]
             looked += [e for e in used if e not in program.keyed]
             looked += [e for e in missing if e not in used]

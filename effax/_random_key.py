@@ -237,6 +237,11 @@ class KeyStream(Handler[RandomKey]):
         counter = self.wire_counter
         if isinstance(counter, int):
             counter = jnp.asarray(counter, jnp.int32)
+        if not carry_required:
+            # leaving a call: weakly typed, as a counter that went in as a Python int
+            # (a loop's carry is strongly typed), so that the next call passing it
+            # back in, eagerly or compiled, reuses the program
+            counter = _trace.weakly_typed(counter)
         return Outcome(static=self.drawn, carry=counter)
 
     def snapshot(self) -> dict[str, Any]:

@@ -159,6 +159,14 @@ def _states(handlers: Iterable[Handler[Any] | Handlers]) -> list[tuple[Handler[A
             )
     states = [(h, h.snapshot()) for h in flat]
     states = [(h, s) for h, s in states if s is not None]
+    for handler, state in states:
+        if any(_trace.is_tracer(leaf) for leaf in jax.tree.leaves(state)):
+            raise EffectLeakError(
+                f"The handler of {handler.effect!r} holds a JAX tracer, not an array: it "
+                "was made inside a transformation (jax.jit, effax.jit, ...) and escaped it, "
+                "or this runs inside one. Snapshot and restore handlers made outside "
+                "every transformation, between calls."
+            )
     by_name: dict[str, Handler[Any]] = {}
     for handler, _ in states:
         other = by_name.setdefault(handler.effect.name, handler)

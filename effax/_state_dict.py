@@ -46,7 +46,7 @@ class StateDict(Effect["StateDictCell[V]"], Generic[V]):
     >>> with stats.init() as cell:
     ...     for _ in range(3):
     ...         observe(jnp.ones(2))
-    >>> cell.value["mean"].round(3).tolist()
+    >>> [round(float(m), 3) for m in cell.value["mean"]]
     [0.271, 0.271]
 
     """

@@ -639,8 +639,8 @@ def test_each_handler_exports_once_per_first_call(transform):
 
 def test_a_counter_that_became_traced_does_not_retrace():
     """A key counter crosses jax.jit as a Python int (weakly typed) while it is
-    known; after a while_loop it comes back traced, with the same weak type, so
-    the next calls reuse the program."""
+    known; after a while_loop it comes back traced, weakly typed as it went in
+    (eagerly too), so the next calls reuse the program."""
     traces = []
 
     def draw_until(n):
@@ -650,21 +650,24 @@ def test_a_counter_that_became_traced_does_not_retrace():
 
     def calls(f):
         with fx.rng.seed(4) as stream:
-            out = [f(n) for n in (1, 3, 2)]
+            out = [f(n) for n in (1, 3, 2, 4)]
             out.append(fx.rng.next_key())
         return out, stream.counter
 
     ours = calls(fx.jit(draw_until))
     assert len(traces) == 1
     theirs = calls(draw_until)
-    assert_transparent(ours[0][:3], theirs[0][:3])
-    assert_bitwise_equal(ours[0][3], theirs[0][3])
-    assert int(ours[1]) == int(theirs[1])
+    assert_transparent(ours[0][:4], theirs[0][:4])
+    assert_bitwise_equal(ours[0][4], theirs[0][4])
+    assert_bitwise_equal(ours[1], theirs[1])
+    assert ours[1].weak_type and theirs[1].weak_type  # the same type, eager and compiled
 
 
-def test_a_python_number_state_compiles_once():
-    """A State holding a Python float crosses as one (weakly typed) and comes back
-    as a weakly typed array: one program for every call."""
+def test_a_python_number_state_keeps_the_type_eager_code_gives_it():
+    """A State holding a Python float crosses as one (weakly typed); set to a
+    float32 array, it comes back a float32 array (not weakly typed), as eagerly,
+    so later arithmetic promotes as it would eagerly: the second call compiles once
+    more for it, and the calls after that reuse the program."""
     acc = fx.State[float]("acc")
     traces = []
 
@@ -673,12 +676,16 @@ def test_a_python_number_state_compiles_once():
         acc.set(acc.get() + x)
         return acc.get()
 
-    compiled = fx.jit(add)
-    with acc.init(0.5) as cell:
-        outs = [compiled(jnp.float32(i)) for i in range(3)]
-    assert len(traces) == 1
-    assert [float(o) for o in outs] == [0.5, 1.5, 3.5]
-    assert float(cell.value) == 3.5
+    def run(f):
+        with acc.init(0.5) as cell:
+            outs = [f(jnp.float32(i)) for i in range(4)]
+        return outs, cell.value
+
+    ours, theirs = run(fx.jit(add)), run(add)
+    assert len(traces) == 2 + 4  # two compiled traces, then the eager run's four calls
+    assert_bitwise_equal(ours, theirs)
+    assert not ours[1].weak_type
+    assert (ours[1] * jnp.ones(1, jnp.bfloat16)).dtype == jnp.float32
 
 
 @pytest.mark.parametrize("transform", [jax.checkpoint, jax.jit], ids=["checkpoint", "jit"])
