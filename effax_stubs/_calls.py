@@ -19,7 +19,7 @@ from mypy.nodes import (
 from mypy.plugin import CheckerPluginInterface
 
 from ._names import Row
-from ._report import UNDECLARED, UNHANDLED, describe, short, subject
+from ._report import UNDECLARED, UNHANDLED, short, subject
 from ._rows import Analysis
 from ._tree import descendants, index_of, is_uses
 from ._walker import Walker, hooked
@@ -140,7 +140,7 @@ def check_module(
     performed: tuple[Row, str | None] | None
     if isinstance(call, MemberExpr):
         row = walked.analysis.property_row(call, setter=id(call) in walked.setters)
-        performed = (row, describe(call)) if row else None
+        performed = (row, walked.analysis.who(call)) if row else None
     else:
         performed = walked.analysis.performed(call)
     if performed is None or handled is None:

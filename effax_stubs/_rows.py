@@ -136,10 +136,21 @@ class Analysis(Scope):
         ):
             return None
         assert info is not None
-        if expr.name in effect_operations(info):
+        if self.operation_property(expr):
             declaration = self.declaration(expr.expr)
             return frozenset({declaration.fullname}) if declaration is not None else None
         return self.decorator_row(node)
+
+    def operation_property(self, expr: MemberExpr) -> bool:
+        """Whether `expr` reads an effect's operation written as a property
+        (`budget.left`): reported as an operation, not as a call."""
+        info = self.instance_class(expr.expr)
+        return info is not None and expr.name in effect_operations(info)
+
+    def who(self, expr: MemberExpr) -> str | None:
+        """Who performs what reading or assigning `expr` performs, for a report:
+        None for an operation (`Effect "t" is performed`), else the property."""
+        return None if self.operation_property(expr) else describe(expr)
 
     def member_row(self, info: TypeInfo, name: str) -> Row | None:
         symbol = info.get(name)

@@ -38,7 +38,7 @@ from ._names import (
     foreign_higher_order,
     function_argument,
 )
-from ._report import Sink, describe
+from ._report import Sink
 from ._tree import children_of, is_uses
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class Walker:
         elif self.handled is not None:
             missing = row - self.handled
             if missing:
-                self.sink(node, missing, describe(node))
+                self.sink(node, missing, self.analysis.who(node))
 
     def catches_missing(self, node: TryStmt) -> bool:
         """Whether `node`'s handlers catch what performing an effect with no handler

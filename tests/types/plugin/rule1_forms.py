@@ -104,14 +104,14 @@ class Purse(fx.Handler[Budget]):
 
 
 budget = Budget("budget")
-print(budget.left)  # E: effax-unhandled: "left" performs effect "budget" at module level
+print(budget.left)  # E: effax-unhandled: Effect "budget" is performed at module level
 with budget.purse(3):
     print(budget.left)
 
 
 @fx.uses()
 def peek() -> int:
-    return budget.left  # E: effax-undeclared: "left" performs effect "budget"
+    return budget.left  # E: effax-undeclared: Effect "budget" is neither in the effect row
 
 
 @fx.uses(budget)
