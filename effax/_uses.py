@@ -162,12 +162,11 @@ def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
         @ft.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             token = hiding()
-            if token is None:
-                return fn(*args, **kwargs)
             try:
                 return fn(*args, **kwargs)
             finally:
-                _context.pop(token)
+                if token is not None:
+                    _context.pop(token)
 
         # After `ft.wraps`, which copies a wrapped function's own declared row.
         declare_row(wrapper, row)

@@ -50,13 +50,8 @@ def find_decorator(scope: object, call: Context) -> Decorator | None:
         statements = scope.body.body
     else:
         return None
-    found = index_of(statements).decorated.get(id(call))
-    return (
-        found
-        if found is not None
-        and any(d is call for d in found.original_decorators or found.decorators)
-        else None
-    )
+    # (the index holds the decorators: an object with one's id is that decorator)
+    return index_of(statements).decorated.get(id(call))
 
 
 def check_function(
@@ -151,20 +146,20 @@ def check_module(
 
 def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
     analysis = Analysis(modules, None, module.defs)
-    walked = _Walked(module, analysis, {}, {}, set())
+    pending: dict[int, list[tuple[CallExpr, Row, str | None]]] = {}
 
     def defer(node: Context, missing: Row, who: str | None) -> None:
         # a call without a hook: report it from the hooks of the calls inside it (not
         # now: the walk may run while mypy discards errors, in a trial inference)
         assert isinstance(node, CallExpr)
         for inner in calls_in(node):
-            walked.pending.setdefault(id(inner), []).append((node, missing, who))
+            pending.setdefault(id(inner), []).append((node, missing, who))
 
-    walker = Walker(analysis, defer, around=walked.around)
-    walker.setters = walked.setters
+    around: dict[int, Row | None] = {}
+    walker = Walker(analysis, defer, around=around)
     for statement in module.defs:
         walker.visit(statement)
-    return walked
+    return _Walked(module, analysis, around, pending, walker.setters)
 
 
 def calls_in(node: Node) -> Iterator[CallExpr]:

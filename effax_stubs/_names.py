@@ -149,12 +149,7 @@ FOREIGN_TRANSFORMS: Final = frozenset(
 # where those that call at once take their functions (JAX's and the standard
 # library's signatures): by last name for JAX's, by full name for the others'
 FOREIGN_CALLING: Final = {
-    "scan": ((0,), ("f",)),
-    "map": ((0,), ("f",)),  # `jax.lax.map`, `jax.tree.map`
-    "fori_loop": ((2,), ("body_fun",)),
-    "while_loop": ((0, 1), ("cond_fun", "body_fun")),
-    "cond": ((1, 2), ("true_fun", "false_fun")),
-    "switch": ((1,), ("branches",)),
+    **PERFORMING,  # effax's control flow has JAX's signatures (`map`: `jax.tree.map` too)
     "tree_map": ((0,), ("f",)),
     "associative_scan": ((0,), ("fn",)),
     "eval_shape": ((0,), ("fun",)),

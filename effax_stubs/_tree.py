@@ -56,7 +56,6 @@ __all__ = [
     "foreign_class",
     "index_of",
     "is_uses",
-    "nodes_in",
     "top_level",
     "transparent",
 ]
@@ -133,12 +132,6 @@ def descendants(node: Node) -> Iterator[Node]:
         below = children_of(child)
         below.reverse()
         stack.extend(below)
-
-
-def nodes_in(value: object) -> list[Node]:
-    found: list[Node] = []
-    _collect(value, found)
-    return found
 
 
 def _collect(value: object, found: list[Node]) -> None:

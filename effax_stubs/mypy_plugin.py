@@ -297,8 +297,8 @@ class EffaxPlugin(Plugin):
                 return
             module = stack[0]
             statement = index_of(module.defs).assigned.get(id(ctx.context))
-            if statement is not None and (
-                statement.rvalue is ctx.context
+            if (
+                statement is not None
                 and len(statement.lvalues) == 1
                 and isinstance(statement.lvalues[0], NameExpr)
             ):
