@@ -23,6 +23,7 @@ import attrs
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
+import numpyro.primitives
 import optax
 
 import effax as fx
@@ -37,19 +38,54 @@ class PPL(fx.Effect["Sampler"]):
     operations = ("sample", "param", "factor")
 
     def sample(self, name: str, fn: dist.Distribution, obs: Any = None) -> jax.Array:
+        _refuse_numpyro_handlers("sample", name)
         return self.handler().sample(name, fn, obs)
 
     def param(self, name: str, init: jax.Array) -> jax.Array:
+        _refuse_numpyro_handlers("param", name)
         return self.handler().param(name, init)
 
     def factor(self, name: str, log_prob: jax.Array) -> None:
+        _refuse_numpyro_handlers("factor", name)
         self.handler().factor(name, log_prob)
+
+
+def _refuse_numpyro_handlers(operation: str, name: str) -> None:
+    """A site goes through effax handlers only: a NumPyro messenger active around it
+    (`numpyro.plate`, `numpyro.handlers.scale`, ...) would be ignored, so it is refused."""
+    stack = getattr(numpyro.primitives, "_PYRO_STACK", ())
+    if not stack:
+        return
+    messenger = stack[-1]
+    kind = type(messenger).__name__
+    if isinstance(messenger, numpyro.primitives.plate):
+        which = f"numpyro.plate({messenger.name!r}, {messenger.size})"
+        instead = (
+            "give the distribution its batch shape instead (fn.expand((size,)), or batched"
+            " parameters), wrap subsampled sites in ppl.scale(size / subsample_size), or map"
+            ' the model with effax.vmap(..., keys="split")'
+        )
+    else:
+        module = type(messenger).__module__
+        which = f"{'numpyro' if module == 'numpyro.primitives' else module}.{kind}"
+        instead = (
+            f"use ppl.{kind} instead"
+            if kind
+            in {"seed", "trace", "substitute", "condition", "replay", "scale", "mask", "block"}
+            else "use the examples/ppl.py handler that does the same, or effax.intercept on ppl"
+        )
+    raise fx.EffectUsageError(
+        f"ppl.{operation}({name!r}) ran inside {which}, which examples/ppl.py does not"
+        " honour: the port's sites go through effax handlers only, so NumPyro's handler"
+        f" would be silently ignored; {instead}."
+    )
 
 
 rng = fx.RandomKey("ppl.rng")  # what `seed` seeds
 log_joint = fx.State[jax.Array]("ppl.log_joint")  # what the factors add up to
 sites = fx.Emit[dict[str, jax.Array]]("ppl.sites")  # what `trace` records
 step = fx.Ask[jax.Array]("ppl.step")  # the step of `scan`, for stacked sites
+scan_length = fx.Ask[int]("ppl.scan_length", static=True)  # and its number of steps
 
 
 @attrs.define(eq=False)
@@ -91,12 +127,44 @@ def seed(key: int | jax.Array) -> fx.Handlers:
     return fx.handlers(rng.seed(key), log_joint.init(jnp.float32(0)), Sampler(ppl))
 
 
-def _at(values: dict[str, jax.Array], name: str) -> jax.Array:
-    """`values[name]`, at the current step inside `scan` (values stacked per step)."""
+def _at(
+    kind: str, name: str, value: Any, site_ndim: int, draw: Callable[[], jax.Array] | None
+) -> Any:
+    """`value` at the current step inside `scan`, by NumPyro's rule
+    (`contrib.control_flow.scan`): a value of the site's own rank is the same at every
+    step; one with a leading axis more is a series, whose row t is taken while t is
+    below its length and `draw()` (a fresh sample) after it. Outside a scan: `value`."""
     try:
-        return values[name][step.ask()]
+        t = step.ask()
     except fx.UnhandledEffectError:  # outside a scan
-        return values[name]
+        return value
+    length, value = scan_length.ask(), jnp.asarray(value)
+    where = f"ppl.{kind}'s value for site {name!r}"
+    if value.ndim == site_ndim:
+        return value
+    if value.ndim != site_ndim + 1:
+        raise fx.EffectUsageError(
+            f"{where} has shape {value.shape}, but inside ppl.scan a site of rank {site_ndim}"
+            f" takes a value of rank {site_ndim} (the same at every step) or a series of"
+            f" rank {site_ndim + 1} (one row per step, at most {length} rows); give one of these."
+        )
+    n = value.shape[0]
+    if n == length:
+        return value[t]
+    if n > length:
+        raise fx.EffectUsageError(
+            f"{where} has {n} steps, more than the ppl.scan of {length} steps around it"
+            f" (NumPyro raises here too); give at most {length} rows."
+        )
+    if draw is None:
+        raise fx.EffectUsageError(
+            f"{where} has {n} steps, fewer than the ppl.scan of {length} steps around it,"
+            " and a param site has nothing to draw after them; give one row per step."
+        )
+    fresh = draw()  # drawn at every step, so that each step draws the same number of keys
+    if n == 0:
+        return fresh
+    return jnp.where(t < n, value[jnp.minimum(t, n - 1)], fresh)
 
 
 def _recorded(outer: Any, name: str, fn: dist.Distribution, obs: Any) -> jax.Array:
@@ -133,15 +201,22 @@ class _Given:
     def _interceptor(kind: str, ask: fx.Ask[dict[str, jax.Array]]) -> fx.Interceptor[PPL]:
         if kind == "substitute":
 
-            def param_(outer: Any, name: str, init: jax.Array) -> jax.Array:
+            def param_(outer: Any, name: str, init: jax.Array) -> Any:
                 values = ask.ask()
-                return _at(values, name) if name in values else outer.param(name, init)
+                if name not in values:
+                    return outer.param(name, init)
+                return _at(kind, name, values[name], jnp.ndim(init), None)
 
             return fx.intercept(ppl, param=param_)
 
-        def sample_(outer: Any, name: str, fn: dist.Distribution, obs: Any) -> jax.Array:
+        def sample_(outer: Any, name: str, fn: dist.Distribution, obs: Any) -> Any:
             values = ask.ask()
-            return outer.sample(name, fn, _at(values, name) if name in values else obs)
+            if name not in values:
+                return outer.sample(name, fn, obs)
+            # a series shorter than the scan: observed while it lasts, sampled after
+            # (the site stays observed, so a drawn step's density counts too, as in NumPyro)
+            draw = lambda: fn.sample(rng.next_key())
+            return outer.sample(name, fn, _at(kind, name, values[name], len(fn.shape()), draw))
 
         return fx.intercept(ppl, sample=sample_)
 
@@ -187,16 +262,20 @@ def block() -> fx.Interceptor[PPL]:
     return BLOCK
 
 
-def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any) -> tuple[Any, Any]:
-    """`numpyro.contrib.control_flow.scan`: `effax.scan`, with each step's index
-    provided, so that values replayed or conditioned on are taken per step."""
-    length = jax.tree.leaves(xs)[0].shape[0]
+def scan(
+    f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, length: int | None = None
+) -> tuple[Any, Any]:
+    """`numpyro.contrib.control_flow.scan`: `effax.scan`, with each step's index and
+    the number of steps provided, so that values replayed or conditioned on are taken
+    per step (a series shorter than the scan: observed, then sampled; see `_at`)."""
+    # as NumPyro's: xs, or length, is needed
+    n: int = jax.tree.leaves(xs)[0].shape[0] if length is None else length
 
     def body(carry: Any, x: Any) -> tuple[Any, Any]:
-        with step.provide(x[0]):
+        with step.provide(x[0]), scan_length.provide(n):
             return f(carry, x[1])
 
-    return fx.scan(body, init, (jnp.arange(length), xs))
+    return fx.scan(body, init, (jnp.arange(n), xs))
 
 
 # --- inference ------------------------------------------------------------------------

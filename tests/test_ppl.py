@@ -313,3 +313,202 @@ def test_numpyro_s_own_scan_gives_the_same_log_density_here():
             local_level(y)
 
     np.testing.assert_allclose(ppl.log_density(model, z, Y), unrolled, rtol=1e-6)
+
+
+# --- issue 39 item 9: never silently wrong -------------------------------------------
+# `condition` around a scan longer than its data: NumPyro's rule (numpyro 0.22,
+# `contrib.control_flow.scan._subs_wrapper`) observes step t while t < len(data) and
+# draws a fresh value after it; the site stays observed, so every step's log density,
+# drawn or given, counts in `log_density`.
+
+OBSERVED = jnp.array([0.4, -0.3, 1.1], jnp.float32)
+HORIZON = 7
+
+
+def ar(lang, scan, length):
+    def step(c, _):
+        y = lang.sample("y", dist.Normal(0.9 * c, 1.0))
+        return y, y
+
+    return scan(step, jnp.float32(0), None, length=length)[1]
+
+
+def forecast(seed):
+    with ppl.seed(seed) as hs, ppl.trace() as tr, ppl.condition({"y": OBSERVED}):
+        ys = ar(ppl, ppl.scan, HORIZON)
+    return ys, hs[ppl.log_joint], ppl.values_of(tr[ppl.sites])["y"], hs[ppl.rng].counter
+
+
+def forecast_by_hand(key):
+    """The same forecast as a Python loop: step t draws key t of the stream (the
+    condition draws at every step, so that a step's number of draws is fixed)."""
+    ys, total, c = [], 0.0, 0.0
+    for t in range(HORIZON):
+        d = dist.Normal(0.9 * c, 1.0)
+        fresh = d.sample(jax.random.fold_in(key, t))
+        c = OBSERVED[t] if t < OBSERVED.shape[0] else fresh
+        ys.append(c)
+        total = total + d.log_prob(c)
+    return jnp.stack(ys), total
+
+
+def test_numpyro_s_own_rule_for_a_condition_shorter_than_its_scan():
+    """What the port copies: NumPyro observes the first steps, samples the rest, and
+    counts every step's density (the drawn ones too) in the log joint."""
+    from numpyro.contrib.control_flow import scan
+
+    model = handlers.condition(lambda: ar(numpyro, scan, HORIZON), {"y": OBSERVED})
+    with handlers.trace() as tr, handlers.seed(rng_seed=0):
+        ys = model()
+    n = OBSERVED.shape[0]
+    np.testing.assert_array_equal(ys[:n], OBSERVED)
+    assert not np.any(np.isclose(ys[n:], OBSERVED[-1]))  # sampled, not clamped
+    assert tr["y"]["is_observed"]
+    lp = tr["y"]["fn"].log_prob(tr["y"]["value"])
+    log_joint = numpyro_log_density(handlers.seed(model, 0), (), {}, {})[0]
+    np.testing.assert_allclose(log_joint, lp.sum(), rtol=1e-6)
+    with pytest.raises(RuntimeError, match="requires length less than or equal"):
+        handlers.seed(handlers.condition(lambda: ar(numpyro, scan, 2), {"y": OBSERVED}), 0)()
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_condition_shorter_than_its_scan_observes_then_samples(wrap):
+    run = forecast if wrap == "eager" else fx.jit(forecast, static_argnums=0)
+    ys, log_joint, traced, counter = run(4)
+    expected, expected_log_joint = forecast_by_hand(jax.random.key(4))
+    n = OBSERVED.shape[0]
+    np.testing.assert_array_equal(ys[:n], OBSERVED)
+    np.testing.assert_allclose(ys, expected, rtol=1e-6)
+    np.testing.assert_allclose(traced, ys)
+    assert not np.any(np.isclose(ys[n:], OBSERVED[-1]))  # not the last observation
+    np.testing.assert_allclose(log_joint, expected_log_joint, rtol=1e-5)
+    assert int(counter) == HORIZON
+    # NumPyro's log density of the same values (every step observed there)
+    from numpyro.contrib.control_flow import scan
+
+    theirs_ = numpyro_log_density(lambda: ar(numpyro, scan, HORIZON), (), {}, {"y": ys})[0]
+    np.testing.assert_allclose(log_joint, theirs_, rtol=1e-5)
+
+
+def test_condition_shorter_than_its_scan_under_vmap_forecasts_each_particle():
+    """Three particles, each its own key stream: each observes the data and draws
+    its own forecast, as the Python loop does with that particle's stream."""
+
+    def particle(_):
+        with ppl.log_joint.init(jnp.float32(0)) as lj, ppl.Sampler(ppl.ppl):
+            with ppl.condition({"y": OBSERVED}):
+                ys = ar(ppl, ppl.scan, HORIZON)
+        return ys, lj.value
+
+    with ppl.rng.seed(6):
+        ys, log_joints = fx.vmap(particle, keys="split")(jnp.arange(3))
+    with ppl.rng.seed(6):
+        key = ppl.rng.next_key()
+    for b in range(3):
+        expected, expected_log_joint = forecast_by_hand(jax.random.fold_in(key, b))
+        np.testing.assert_allclose(ys[b], expected, rtol=1e-6)
+        np.testing.assert_allclose(log_joints[b], expected_log_joint, rtol=1e-5)
+    assert not np.allclose(ys[0, 3:], ys[1, 3:])  # particles forecast differently
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_a_local_level_forecast_observes_the_data_and_samples_the_horizon(wrap):
+    """Latent levels drawn by the base handler and the forecast drawn by the
+    condition share the stream: step t draws keys 2t (level) and 2t + 1 (y)."""
+    horizon = 9
+
+    def model():
+        with ppl.seed(8) as hs, ppl.trace() as tr, ppl.condition({"y": Y}):
+            local_level(jnp.zeros(horizon))
+        return hs[ppl.log_joint], ppl.values_of(tr[ppl.sites])
+
+    log_joint, z = (model if wrap == "eager" else fx.jit(model))()
+    key = jax.random.key(8)
+    sigma = dist.LogNormal(0.0, 0.5).sample(jax.random.fold_in(key, 0))
+    level, ys = 0.0, []
+    for t in range(horizon):
+        level = dist.Normal(level, sigma).sample(jax.random.fold_in(key, 1 + 2 * t))
+        fresh = dist.Normal(level, 0.3).sample(jax.random.fold_in(key, 2 + 2 * t))
+        ys.append(Y[t] if t < Y.shape[0] else fresh)
+    np.testing.assert_allclose(z["y"], jnp.stack(ys), rtol=1e-5)
+    at = {"sigma": z["sigma"], **{f"level_{t}": z["level"][t] for t in range(horizon)}}
+    log_p = numpyro_log_density(local_level_unrolled, (z["y"], None), {}, at)[0]
+    np.testing.assert_allclose(log_joint, log_p, rtol=1e-5)
+
+
+def test_condition_longer_than_its_scan_is_refused():
+    with ppl.seed(0), ppl.condition({"y": jnp.zeros(HORIZON + 2)}):
+        with pytest.raises(fx.EffectUsageError, match=r"condition.*'y'.*9 steps.*scan of 7"):
+            ar(ppl, ppl.scan, HORIZON)
+
+
+def test_a_value_neither_per_step_nor_a_series_is_refused():
+    with ppl.seed(0), ppl.condition({"y": jnp.zeros((HORIZON, 2))}):
+        with pytest.raises(fx.EffectUsageError, match=r"condition.*'y'.*shape \(7, 2\)"):
+            ar(ppl, ppl.scan, HORIZON)
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_a_per_step_value_is_observed_at_every_step(wrap):
+    """NumPyro's rule again: a value of the site's own shape is not a series."""
+
+    def run():
+        with ppl.seed(0) as hs, ppl.condition({"y": jnp.float32(0.5)}):
+            ys = ar(ppl, ppl.scan, 4)
+        return ys, hs[ppl.log_joint]
+
+    ys, log_joint = (run if wrap == "eager" else fx.jit(run))()
+    np.testing.assert_array_equal(ys, jnp.full(4, 0.5))
+    d = dist.Normal(jnp.array([0.0, 0.45, 0.45, 0.45]), 1.0)
+    np.testing.assert_allclose(log_joint, d.log_prob(0.5).sum(), rtol=1e-6)
+
+
+# `numpyro.plate` (or any NumPyro handler) around a `ppl.sample` is refused by name:
+# the port's sites go through effax handlers only, so NumPyro's would be ignored.
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_a_numpyro_plate_around_a_ppl_sample_is_refused(wrap):
+    def model():
+        with numpyro.plate("data", 3):
+            return ppl.sample("x", dist.Normal(0.0, 1.0))
+
+    run = model if wrap == "eager" else fx.jit(model)
+    with (
+        ppl.seed(0),
+        pytest.raises(
+            fx.EffectUsageError, match=r"ppl.sample\('x'\) ran inside numpyro.plate\('data'.*expand"
+        ),
+    ):
+        run()
+
+
+def test_a_numpyro_handler_around_a_ppl_sample_is_refused():
+    with (
+        ppl.seed(0),
+        handlers.scale(scale=0.5),
+        pytest.raises(fx.EffectUsageError, match=r"ran inside numpyro.handlers.scale.*ppl.scale"),
+    ):
+        ppl.sample("x", dist.Normal(0.0, 1.0))
+
+
+def test_a_param_series_shorter_than_its_scan_is_refused():
+    def step(c, _):
+        return c + ppl.param("w", jnp.float32(0)), None
+
+    with ppl.seed(0), ppl.substitute({"w": jnp.ones(2)}):
+        with pytest.raises(
+            fx.EffectUsageError, match=r"substitute.*'w' has 2 steps, fewer than.*scan of 4"
+        ):
+            ppl.scan(step, jnp.float32(0), None, length=4)
+
+
+def test_a_numpyro_handler_around_a_ppl_param_is_refused():
+    with (
+        ppl.seed(0),
+        handlers.substitute(data={"w": 1.0}),
+        pytest.raises(
+            fx.EffectUsageError, match=r"ppl.param\('w'\) ran inside numpyro.handlers.substitute"
+        ),
+    ):
+        ppl.param("w", jnp.float32(0))
