@@ -6,7 +6,7 @@ in the program, stacked along leading axes (one per enclosing loop, taps in the
 order a Python program would make them) and, where an `effax.cond` branch may
 not have run, a mask of the taps that happened. An entry crosses a traced
 boundary as an outcome's values, its layout (site, leading axes, shape, dtype,
-masked) as the outcome's static part. Reading a recording flattens a site's
+mask width) as the outcome's static part. Reading a recording flattens a site's
 entries into one stack (`read`). Replacements and perturbations are consumed in
 the same order, by a counter per site (`take`).
 """
@@ -69,11 +69,19 @@ def flat(entry: Entry) -> tuple[Any, Any]:
     return value, present
 
 
+def _mask_width(entry: Entry) -> int | None:
+    """How many mask elements each of `entry`'s taps has (the elements of the
+    batches it ran in; 1 unbatched), None where it has no mask."""
+    if entry.present is None:
+        return None
+    return int(math.prod(np.shape(entry.present)[len(entry.lead) :]))
+
+
 def entries_outcome(entries: Sequence[Entry]) -> tuple[Any, Any]:
-    """The static layout and the values an outcome sends out for `entries`."""
+    """The static layout and the values an outcome sends out for `entries` (the
+    layout holds each mask's width: a cond's branches must agree on it)."""
     static = tuple(
-        (e.site, e.lead, e.shape, str(jnp.result_type(e.value)), e.present is not None)
-        for e in entries
+        (e.site, e.lead, e.shape, str(jnp.result_type(e.value)), _mask_width(e)) for e in entries
     )
     values = tuple((e.value, e.present) if e.present is not None else e.value for e in entries)
     return static, values
@@ -84,7 +92,7 @@ def unpack(static: Any, values: Any) -> list[Entry]:
         values = ()
     out = []
     for (site, lead, shape, _, masked), value in zip(static, values, strict=True):
-        value, present = value if masked else (value, None)
+        value, present = value if masked is not None else (value, None)
         out.append(Entry(site, lead, shape, value, present))
     return out
 
@@ -113,8 +121,7 @@ def absorbed(static: Any, values: Any) -> list[Entry]:
             # (a mask may carry the axes of batches the taps ran in: kept, for
             # `read` to refuse a tap some elements made and others did not)
             masks = [_mask_rows(e, extra) for e in group]
-            width = max(m.shape[-1] for m in masks)
-            masks = [jnp.broadcast_to(m, (*m.shape[:-1], width)) for m in masks]
+            masks = _at_width(masks, _common_width([m.shape[-1] for m in masks]))
             present = masks[0] if len(masks) == 1 else jnp.concatenate(masks, axis=k)
         joined.append(Entry(site, (*extra, value.shape[k]), shape, value, present))
     return joined
@@ -139,6 +146,24 @@ def _mask_rows(entry: Entry, extra: tuple[int, ...] = ()) -> Any:
     return jnp.reshape(entry.present, (*extra, n, -1))
 
 
+def _common_width(widths: Sequence[int]) -> int | None:
+    """The width masks of `widths` are laid out at together: the widest, where
+    the others are 1 (broadcast); None where two differ otherwise (masks of
+    batches of different sizes), each then summarized as (all, any) of its row,
+    which is what `read` asks of a mask (and composes: a batch of summaries
+    summarizes as the batch's elements would)."""
+    wide = set(widths) - {1}
+    return max(wide, default=1) if len(wide) <= 1 else None
+
+
+def _at_width(masks: Sequence[Any], width: int | None) -> list[Any]:
+    """`masks` (..., taps, width) at one width (None: summarized, see
+    `_common_width`)."""
+    if width is None:
+        return [jnp.stack([m.all(axis=-1), m.any(axis=-1)], axis=-1) for m in masks]
+    return [jnp.broadcast_to(m, (*m.shape[:-1], width)) for m in masks]
+
+
 def batch_absorbed(static: Any, values: Any) -> list[Entry]:
     """The entries of a batched region (values stacked per element along axis 0):
     the batch axis becomes part of each tap's value."""
@@ -159,12 +184,14 @@ def aligned(
     zeros, marked absent): its static layout and values, and how many padding taps
     each site got."""
     layout: dict[str, tuple[int, tuple[int, ...], str]] = {}
+    widths: dict[str, list[int]] = {}
     for branch in statics:
         if not isinstance(branch, tuple):
             continue
         counts: dict[str, int] = {}
-        for site, lead, shape, dtype, _ in branch:
+        for site, lead, shape, dtype, masked in branch:
             counts[site] = counts.get(site, 0) + count(lead)
+            widths.setdefault(site, []).append(1 if masked is None else masked)
             known = layout.get(site)
             if known is not None and known[1] != shape:
                 raise shape_error(site, known[1], shape)
@@ -191,8 +218,9 @@ def aligned(
         if n < total:
             rows.append(jnp.zeros((total - n, *shape), dtype))
             masks.append(jnp.zeros((total - n, 1), bool))
-        width = max(m.shape[-1] for m in masks)
-        masks = [jnp.broadcast_to(m, (m.shape[0], width)) for m in masks]
+        # (one width in every branch, from every branch's layout: a branch that
+        # taps a site in a batch and one that does not, or in another batch)
+        masks = _at_width(masks, _common_width(widths[site]))
         value = rows[0] if len(rows) == 1 else jnp.concatenate(rows)
         present = masks[0] if len(masks) == 1 else jnp.concatenate(masks)
         entries.append(Entry(site, (total,), shape, value, present))
