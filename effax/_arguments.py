@@ -23,6 +23,7 @@ __all__ = [
     "check_callable",
     "check_callables",
     "check_count",
+    "check_fits",
     "check_index",
     "check_traceable",
     "check_unleaked",
@@ -92,6 +93,18 @@ def check_index(value: Any, argument: str, where: str) -> None:
             f"array), but got {type(value).__name__}: {_shown(value)}."
         )
     check_unleaked(value, argument, where)
+
+
+def check_fits(value: int, dtype: Any, argument: str, where: str) -> None:
+    """`value` (a Python int, e.g. a loop bound) must fit the integer `dtype` it
+    becomes (JAX would wrap it around, or refuse it with its own OverflowError)."""
+    info = np.iinfo(dtype)
+    if not info.min <= value <= info.max:
+        raise EffectTypeError(
+            f"{where} got {argument}={value}, which does not fit the loop index's dtype "
+            f"{np.dtype(dtype).name} (from {info.min} to {info.max}): the index would wrap "
+            "around. Give bounds within that range, as jax.lax.fori_loop requires."
+        )
 
 
 def check_unleaked(tree: Any, argument: str, where: str) -> None:

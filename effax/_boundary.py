@@ -22,10 +22,11 @@ from ._errors import EffectTypeError, StateTypeError
 from ._protocol import Export, Outcome
 
 __all__ = [
-    "CannotCompile",
     "Uncompilable",
+    "cannot_compile",
     "check_carry",
     "check_outcome",
+    "is_cannot_compile",
     "strong",
     "uncompilable_leaf",
     "uncompilable_message",
@@ -64,20 +65,33 @@ def unplumbable(effect: Effect[Any], export: Export, where: str, *, keyed: bool)
     return None
 
 
-class CannotCompile(EffectTypeError):
-    """A compiled call reads a handler that cannot cross it: its static export is
-    not hashable (so it cannot be part of the cache key), or it holds a value that
-    is not an array. An eager region may still read the first."""
+def cannot_compile(message: str) -> EffectTypeError:
+    """The error of a compiled call reading a handler that cannot cross it: its
+    static export is not hashable (so it cannot be part of the cache key). An
+    eager region may still read it: `is_cannot_compile` tells this error apart
+    (the user sees a plain `EffectTypeError`)."""
+    error = EffectTypeError(message)
+    error._effax_cannot_compile = True  # type: ignore[attr-defined]
+    return error
+
+
+def is_cannot_compile(error: BaseException) -> bool:
+    """Whether `error` was made by `cannot_compile`."""
+    return getattr(error, "_effax_cannot_compile", False) is True
 
 
 def uncompilable_message(effect: Effect[Any], leaf: Any, where: str) -> str:
     """Why `effect`'s handler, holding `leaf`, cannot be plumbed into `where`."""
     return (
-        f"{effect!r} holds a {type(leaf).__name__}, which cannot cross {where}: the "
+        f"{effect!r} holds {_a(type(leaf).__name__)}, which cannot cross {where}: the "
         "values a traced function or loop body reads from its handlers (an Ask's value, a "
         f"State, a key stream) are passed in as arrays or Python numbers. "
         f"{effect.uncompilable_fix(where)}"
     )
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 class Uncompilable(Blocked):

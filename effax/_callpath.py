@@ -123,6 +123,10 @@ class Handled:
         if function is None:
             return self.call_eagerly(args, kwargs)
         stack = _context.current_stack()
+        name = getattr(self.fn, "__name__", "function")
+        if not _trace.evaluating():
+            # under a trace, JAX takes a leaked tracer as an input without failing
+            check_unleaked((args, kwargs), "its arguments", f"the compiled {name!r}")
 
         def run(
             resolved: Resolved, program: Program, exports: Exports, discover: bool
@@ -139,7 +143,6 @@ class Handled:
         except Exception:
             # checked only once the call failed (free on every call that works):
             # name the argument if a leaked tracer was passed in
-            name = getattr(self.fn, "__name__", "function")
             check_unleaked((args, kwargs), "its arguments", f"the compiled {name!r}")
             raise
         if resolved is None:  # the warm path ran it, absorbed and all
@@ -173,6 +176,11 @@ class Handled:
             except Retrace:
                 continue
             except Exception as error:
+                if discover and function.row is not None:
+                    # the trace read handlers the wide environment left out (a value
+                    # that cannot be an input, read through a stand-in): name them
+                    row = tuple(function.row)
+                    resolved = resolve(stack, row, self.own, note=False, exports=exports)
                 raise explain(program.plan, error, resolved)  # noqa: B904 (chained inside)
 
     def resolve(self, stack: _context.Stack, exports: Exports, *, discover: bool) -> Resolved:

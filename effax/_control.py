@@ -34,6 +34,7 @@ from ._arguments import (
     check_callable,
     check_callables,
     check_count,
+    check_fits,
     check_index,
     check_traceable,
     check_unleaked,
@@ -176,7 +177,10 @@ def fori_loop(
     except TypeError:  # traced bounds (a ConcretizationTypeError is a TypeError)
         concrete = False
     if concrete:
-        options = (lo, hi, jnp.result_type(lower, upper), 1 if unroll is None else unroll)
+        dtype = jnp.result_type(lower, upper)
+        check_fits(lo, dtype, "lower", "effax.fori_loop")
+        check_fits(hi, dtype, "upper", "effax.fori_loop")
+        options = (lo, hi, dtype, 1 if unroll is None else unroll)
         return _eager.run(_fori, [body_fun], options, init_val)  # type: ignore[no-any-return]
 
     def cond_fun(state: tuple[Any, C]) -> Any:

@@ -26,7 +26,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from . import _trace
-from ._boundary import CannotCompile
+from ._boundary import is_cannot_compile
+from ._errors import EffectTypeError
 from ._handle import jit
 
 __all__ = ["run"]
@@ -65,8 +66,10 @@ def run(rerun: Rerun, fns: Sequence[Callable[..., Any]], options: Hashable, *arg
         if program is not None:
             try:
                 return program(*args)
-            except CannotCompile:  # it reads a handler that cannot cross a compiled call
-                pass
+            except EffectTypeError as error:
+                if not is_cannot_compile(error):
+                    raise
+                # it reads a handler that cannot cross a compiled call: run it directly
     return rerun(fns, options, *args)
 
 

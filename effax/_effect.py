@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar
 import jax
 
 from . import _context, _trace
+from ._arguments import check_unleaked
 from ._context import Blocked
 from ._errors import (
     LEAK_EXPLANATION,
@@ -186,13 +187,19 @@ class Effect(Generic[H]):
             return entry[0], None
         return entry[0], _context.obstacle(self, entry)
 
-    def check_store(self, handler: Handler[Any], value: Any) -> None:
+    def check_store(self, handler: Handler[Any], value: Any, operation: str | None = None) -> None:
         """Refuse `value`, about to be stored in `handler` (a handler of this
         effect), if it holds a tracer that would outlive its transformation: the
         write check of `handler_for_write`, for a handler reached by forwarding
-        (`EffectLeakError`). A handler that is not installed here is not checked."""
+        (`EffectLeakError`). A tracer of a transformation that has already finished
+        (saved out of a ``jax.jit``) is refused wherever the handler is, naming
+        `operation` (the operation storing it, e.g. ``"set"``); a handler that is
+        not installed here is not checked for the rest."""
+        current = _trace.current_trace_ref()
+        where = f"{self!r}.{operation}(...)" if operation else f"{self!r}'s handler"
+        check_unleaked(value, "the value it stores", where)
         ref = _context.installed_at(self, handler)
-        if ref is not None and ref is not _trace.current_trace_ref():
+        if ref is not None and ref is not current:
             check_write(self, value, ref)
 
     def unhandled_hint(self) -> str:

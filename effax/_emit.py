@@ -94,7 +94,7 @@ class Collector(Handler[Emit[T]]):
 
     def emit(self, value: T) -> None:
         """The operation of `Emit`: append `value` to `.values`."""
-        self.effect.check_store(self, value)
+        self.effect.check_store(self, value, "emit")
         self.values.append(value)
 
     def clear(self) -> None:
@@ -165,6 +165,16 @@ def _stack(effect: Emit[Any], values: list[Any]) -> Any:
             + "), which do not stack into one array per leaf. Stack each kind "
             "separately, or emit one structure (dicts with different keys merge)."
         )
+    for column in zip(*map(jax.tree.leaves, values), strict=True):
+        shapes = list(dict.fromkeys(tuple(jnp.shape(leaf)) for leaf in column))
+        if len(shapes) > 1:
+            raise EffectUsageError(
+                f"{effect!r} collected values of shapes "
+                + " and ".join(map(str, shapes))
+                + ", which do not stack into one array along a new leading axis. Emit "
+                "values of one shape (pad them, or emit each shape to an effect of its "
+                "own), or read the collector's .values."
+            )
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *values)
 
 

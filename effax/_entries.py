@@ -35,6 +35,7 @@ __all__ = [
     "check_count",
     "check_counts",
     "count",
+    "dtype_error",
     "entries_outcome",
     "flat",
     "read",
@@ -128,12 +129,17 @@ def absorbed(static: Any, values: Any) -> list[Entry]:
 
 
 def by_site(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
-    """`entries` grouped by site, in order; a site's taps must have one shape."""
+    """`entries` grouped by site, in order; a site's taps must have one shape and
+    one dtype (they are stacked)."""
     groups: dict[str, list[Entry]] = {}
     for entry in entries:
         group = groups.setdefault(entry.site, [])
         if group and entry.shape != group[0].shape:
             raise shape_error(entry.site, group[0].shape, entry.shape)
+        if group:
+            first, dtype = jnp.result_type(group[0].value), jnp.result_type(entry.value)
+            if dtype != first:
+                raise dtype_error(entry.site, str(first), str(dtype), branches=False)
         group.append(entry)
     return groups
 
@@ -196,12 +202,7 @@ def aligned(
             if known is not None and known[1] != shape:
                 raise shape_error(site, known[1], shape)
             if known is not None and known[2] != dtype:
-                raise EffectUsageError(
-                    f"Tap site {site!r} was tapped with values of dtype {known[2]} and "
-                    f"{dtype} in the branches of an effax.cond or effax.switch; compiled, "
-                    "the branches send out one layout, so a site has one dtype in every "
-                    "branch. Cast the values (.astype), or give each its own site."
-                )
+                raise dtype_error(site, known[2], dtype, branches=True)
             layout[site] = (known[0] if known else 0, shape, dtype)
         for site, n in counts.items():
             total, shape, dtype = layout[site]
@@ -225,6 +226,23 @@ def aligned(
         present = masks[0] if len(masks) == 1 else jnp.concatenate(masks)
         entries.append(Entry(site, (total,), shape, value, present))
     return (*entries_outcome(entries), pads)
+
+
+def dtype_error(site: str, a: str, b: str, *, branches: bool) -> EffectUsageError:
+    """The error of a site tapped with values of dtypes `a` and `b` (in the
+    `branches` of a cond, or anywhere: its taps are stacked)."""
+    where, why = (
+        (
+            " in the branches of an effax.cond or effax.switch",
+            "compiled, the branches send out one layout, so a site has one dtype in every branch",
+        )
+        if branches
+        else ("", "the taps of one site are stacked into one array, so they have one dtype")
+    )
+    return EffectUsageError(
+        f"Tap site {site!r} was tapped with values of dtype {a} and {b}{where}; {why}. "
+        "Cast the values (.astype), or give each its own site."
+    )
 
 
 def shape_error(site: str, a: tuple[int, ...], b: tuple[int, ...]) -> EffectUsageError:
@@ -346,6 +364,15 @@ def check_array(effect: Any, site: str, value: Any, what: str) -> None:
 
 
 def check_alike(effect: Any, site: str, value: Any, out: Any, what: str) -> None:
+    """Refuse `out` (what a handler puts in place of a tap's `value`; `what` says
+    where it came from) unless it is an array of `value`'s shape and dtype."""
+    if not isinstance(out, _ARRAY_TYPES):
+        shown = repr(out) if len(repr(out)) <= 60 else repr(out)[:57] + "..."
+        raise EffectTypeError(
+            f"Tap site {site!r} ({effect!r}): {what} of type {type(out).__name__} "
+            f"({shown}), not an array: a tap returns an array like the one it was given "
+            "(of its shape and dtype)."
+        )
     a = (tuple(np.shape(value)), jnp.result_type(value))
     b = (tuple(np.shape(out)), jnp.result_type(out))
     if a != b:

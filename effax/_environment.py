@@ -20,7 +20,7 @@ from collections.abc import Hashable, MutableMapping, Sequence
 from typing import Any, NamedTuple
 
 from . import _context
-from ._boundary import CannotCompile, unplumbable
+from ._boundary import cannot_compile, unplumbable
 from ._effect import Effect
 from ._plan import Plan
 from ._protocol import Export, Handler, check_home, fields_of
@@ -111,7 +111,7 @@ def resolve(
         if export.static is not None:
             why = unplumbable(handler.effect, export, "a compiled call", keyed=True)
             if why is not None:
-                raise CannotCompile(why)
+                raise cannot_compile(why)
     keys.extend(
         (h.effect, (type(h), fields_of(h)), static_key(e.static))
         for h, e in zip(handlers, found, strict=True)

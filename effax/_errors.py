@@ -15,6 +15,7 @@ from __future__ import annotations
 __all__ = [
     "LEAK_EXPLANATION",
     "OWN_WRITE_LEAK",
+    "STAGED_HANDLER",
     "WRITE_LEAK_EXPLANATION",
     "EffectError",
     "EffectLeakError",
@@ -225,6 +226,15 @@ WRITE_LEAK_EXPLANATION = (
     "effax.vmap, ...), which carries the state through the transformation, or install "
     "the handler inside it. Under jax.grad, storing jax.lax.stop_gradient(value) keeps "
     "the value without its derivative."
+)
+
+STAGED_HANDLER = (
+    "The handler of {effect!r} was created outside the {where} that is being traced "
+    "here, and is installed inside it (e.g. by `effax.jit(effax.handle(f, handler))`), "
+    "so its value would be baked into the compiled program and what the program writes "
+    "to it would be tracers. Install it around the compiled call: `effax.handle(f, "
+    "handler, transform=jax.jit)`, or `with handler: effax.jit(f)(...)`; or create it "
+    "inside the traced function."
 )
 
 OWN_WRITE_LEAK = (

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar, overload
 
 from ._effect import Effect, raise_obstacle
-from ._errors import EffectTypeError, EffectUsageError, UnhandledEffectError
+from ._errors import EffectLeakError, EffectTypeError, EffectUsageError, UnhandledEffectError
 from ._protocol import BatchPolicy, Export, Handler, Outcome, PyTree
 
 if TYPE_CHECKING:
@@ -51,6 +51,45 @@ class _Unreachable(NamedTuple):
     not enter the traced region the interceptor was rebuilt in: why not."""
 
     why: Any
+
+
+def _outer_required(interceptor: Interceptor[Any], what: str) -> NoReturn:
+    """Raise the error of `interceptor` using the handler outside it (`what` does,
+    e.g. "forwards set() unchanged, which") where there is none."""
+    effect = interceptor.effect
+    raise UnhandledEffectError(
+        f"{interceptor!r} {what} requires a handler of {effect!r} outside it, but none is "
+        f"installed around it: install one, e.g. `with {effect.handler_example()}: ...`"
+        f"{effect.where_variable()}. An interceptor's function that calls no operation "
+        "of `outer` needs none."
+    ) from None
+
+
+class _NoOuter:
+    """`outer`, for an interceptor's function where there is no handler outside
+    the interceptor (or none that can be used here): the function may ignore it
+    (`intercept(t, ask=lambda outer: 5.0)` answers 5.0); using it raises."""
+
+    __slots__ = ("interceptor", "operation")
+
+    def __init__(self, interceptor: Interceptor[Any], operation: str) -> None:
+        self.interceptor = interceptor
+        self.operation = operation
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            outer = self.interceptor.outer()  # raises why it cannot be used here
+        except UnhandledEffectError:
+            _outer_required(
+                self.interceptor,
+                f"answers {self.operation}() with a function that calls outer.{name}(), which",
+            )
+        return getattr(outer, name)
+
+    def __repr__(self) -> str:
+        return f"<no handler outside {self.interceptor!r}>"
 
 
 class Interceptor(Handler[E_co]):
@@ -143,11 +182,20 @@ class Interceptor(Handler[E_co]):
             raise AttributeError(name)
         fn = self._ops.get(name)
         if fn is not None:
-            return functools.partial(fn, self.outer())
+            # a function that calls no operation of `outer` needs no handler outside
+            try:
+                outer: Any = self.outer()
+            except (UnhandledEffectError, EffectLeakError):
+                outer = _NoOuter(self, name)
+            return functools.partial(fn, outer)
         derived = self.effect.derived_operations.get(name)
         if derived is not None:
             return functools.partial(derived, self)
-        return getattr(self.outer(), name)
+        try:
+            outer = self.outer()
+        except UnhandledEffectError:
+            _outer_required(self, f"forwards {name}() unchanged, which")
+        return getattr(outer, name)
 
     # --- the plumbing protocol: the interceptor crosses with what it forwards to
 
@@ -303,7 +351,9 @@ def intercept(effect: E, **operations: Callable[..., Any]) -> Interceptor[E]:
     outside it (`outer`).
 
     `fn` may call any operation of `outer` (or none: then the operation is not
-    forwarded). Interceptors nest: the innermost sees an operation first. The
+    forwarded, and no handler outside is needed; a function that calls `outer`, or
+    an operation forwarded unchanged, raises `UnhandledEffectError` where there is
+    none). Interceptors nest: the innermost sees an operation first. The
     functions are static, as ``jax.jit`` treats functions: a compiled call is
     reused while the same function objects are installed (a new lambda on every
     call traces again), and arrays they close over are constants of the compiled

@@ -26,7 +26,7 @@ from typing import (
 )
 
 from . import _context, _trace
-from ._errors import EffectLeakError, EffectTypeError
+from ._errors import STAGED_HANDLER, EffectLeakError, EffectTypeError
 from ._fields import Fields
 
 if TYPE_CHECKING:
@@ -482,7 +482,12 @@ def check_home(handler: Handler[Any]) -> None:
     home = home_of(handler)
     if home is None or home is _trace.current_trace_ref():
         return
-    if _trace.reachability(home) != "ok":
+    reach = _trace.reachability(home)
+    if reach == "staged":  # made outside a staging trace that installs it inside
+        api = _trace.innermost_staging_api()
+        where = api[0] if api else "jax.jit (or other staging JAX transformation)"
+        raise EffectLeakError(STAGED_HANDLER.format(effect=handler.effect, where=where))
+    if reach != "ok":
         raise EffectLeakError(
             f"The handler of {handler.effect!r} was created under a JAX trace that this "
             "code is not nested in (it escaped the transformation it was made in, e.g. "

@@ -27,6 +27,12 @@ def _as_key(seed: Any, effect: RandomKey) -> jax.Array:
             f"{type(seed).__name__}."
         )
     if isinstance(seed, (int, np.integer)):
+        if not -(2**63) <= int(seed) < 2**63:
+            raise EffectTypeError(
+                f"{effect!r}.seed({int(seed)}) takes an int seed that fits int64 (from "
+                "-2**63 to 2**63 - 1), as jax.random.key does. Reduce it (e.g. "
+                "`seed % 2**63`), or seed with a key (jax.random.key)."
+            )
         return jax.random.key(int(seed))
     dtype = getattr(seed, "dtype", None)
     shape = getattr(seed, "shape", None)

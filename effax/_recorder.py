@@ -93,7 +93,7 @@ class Recorder(TapHandler[T]):
     def tap(self, site: str, value: Any) -> Any:
         if matches(self.patterns, site):
             _entries.check_array(self.effect, site, value, "record() records")
-            self.effect.check_store(self, value)
+            self.effect.check_store(self, value, "tap")
             self._recorded.append(Entry(site, (), tuple(np.shape(value)), value, None))
         return value
 

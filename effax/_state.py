@@ -106,7 +106,7 @@ class StateCell(Handler[State[S]]):
         return self.value
 
     def set(self, value: S) -> None:
-        self.effect.check_store(self, value)
+        self.effect.check_store(self, value, "set")
         self.value = value
 
     def modify(self, fn: Callable[[S], S]) -> S:

@@ -117,15 +117,15 @@ class StateDictCell(Handler[StateDict[V]]):
                 "making one, to create it the first time it is read."
             )
         value = init() if callable(init) else init
-        self._store(name, value)
+        self._store(name, value, "get")
         return value
 
     def set(self, name: str, value: V) -> None:
         _check_name(self.effect, name)
-        self._store(name, value)
+        self._store(name, value, "set")
 
-    def _store(self, name: str, value: V) -> None:
-        self.effect.check_store(self, value)
+    def _store(self, name: str, value: V, operation: str) -> None:
+        self.effect.check_store(self, value, operation)
         # a new dict: what a compiled call was given must not change under it
         self.entries = {**self.entries, name: value}
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _entries, _trace
+from ._arguments import check_unleaked
 from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import Export, Fields, Outcome, PyTree
@@ -129,6 +130,7 @@ class Tap(Effect["TapHandler[T]"], Generic[T]):
                 f"{self!r}.replace(..., where=...) masks sites that are not replaced: "
                 f"{sorted(unknown)}. Give each masked site a replacement."
             )
+        check_unleaked((values, masks), "its values or where=", f"{self!r}.replace(...)")
         return Replacer(
             self, sites=sites, values=values, masks=masks, kinds=kinds, counters=(0,) * len(sites)
         )

@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from . import _trace
-from ._arguments import check_callable
+from ._arguments import check_callable, check_unleaked
 from ._errors import EffectLeakError, EffectTypeError, EffectUsageError
 from ._handle import handle
 from ._protocol import BatchPolicy, Outcome
@@ -72,6 +72,7 @@ def value_and_grad(
     @_trace.api_boundary
     @ft.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        check_unleaked((args, kwargs), "its arguments", "effax.value_and_grad")
         region = Region(fun, name="effax.grad")
         # Handlers that take part in differentiation (a tap's gradients()): what
         # they perturb is sized by an abstract run, then differentiated as one more
@@ -168,6 +169,7 @@ def grad(
     @_trace.api_boundary
     @ft.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
+        check_unleaked((args, kwargs), "its arguments", "effax.grad")
         value, grads = value_and_grad_fun(*args, **kwargs)
         return (grads, value[1]) if has_aux else grads
 
@@ -353,6 +355,7 @@ def vmap(
     @_trace.api_boundary
     @ft.wraps(fun)
     def batched(*args: Any) -> Any:
+        check_unleaked(args, "its arguments", "effax.vmap")
         depth = _vmap_depth.get()
         name = axis_name if axis_name is not None else f"effax_vmap_{depth}"
         region = Region(fun, _policy("effax.vmap", keys, state, (name,)), name="effax.vmap")

@@ -214,7 +214,7 @@ def test_handle_with_own_cell_called_inside_raw_jit_raises():
     cell = steps.init(jnp.int32(0))
     tick = fx.handle(lambda: steps.modify(lambda n: n + 1), cell, transform=jax.jit)
     with pytest.raises(
-        fx.EffectLeakError, match=r"handler of State\(.steps.\) was created under a JAX trace"
+        fx.EffectLeakError, match=r"handler of State\(.steps.\) was created outside the jax\.jit"
     ):
         jax.jit(tick)()
     assert int(cell.value) == 0
