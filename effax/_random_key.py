@@ -16,7 +16,7 @@ from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
 
-__all__ = ["KeyState", "KeyStream", "RandomKey", "checked_key", "rng"]
+__all__ = ["KeyState", "KeyStream", "RandomKey", "check_sampler", "checked_key", "rng"]
 
 
 def _as_key(seed: Any, effect: RandomKey) -> jax.Array:
@@ -288,9 +288,15 @@ class KeyStream(Handler[RandomKey]):
 
 def checked_key(stream: Any, where: str, shape: Any = ()) -> jax.Array:
     """``stream.next_key()`` for the sampler `where` (e.g. ``"effax.random.normal"``),
-    once its arguments are checked: `stream` must be a `RandomKey` and `shape` a
-    sequence of non-negative ints (or None where the sampler allows it), before a
-    key is drawn (a refused call draws none)."""
+    once `check_sampler` accepted `stream` and `shape` (a refused call draws none)."""
+    check_sampler(stream, where, shape)
+    return stream.next_key()  # type: ignore[no-any-return]
+
+
+def check_sampler(stream: Any, where: str, shape: Any = ()) -> None:
+    """The checks of the sampler `where` (e.g. ``"effax.random.normal"``) that come
+    before its others: `stream` must be a `RandomKey` and `shape` a sequence of
+    non-negative ints (or None where the sampler allows it)."""
     if not isinstance(stream, RandomKey):
         raise EffectTypeError(
             f"{where}(stream=...) takes a RandomKey effect (e.g. `effax.rng`, or "
@@ -308,7 +314,6 @@ def checked_key(stream: Any, where: str, shape: Any = ()) -> jax.Array:
                 f"{where} got shape={shape!r}: a shape is a tuple of non-negative ints "
                 f"(e.g. `(3,)`); {bad[0]!r} is not one. Nothing was drawn from {stream!r}."
             )
-    return stream.next_key()
 
 
 rng = RandomKey("rng")

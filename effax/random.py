@@ -25,6 +25,7 @@ from ._discrete import (
     bernoulli as bernoulli,
     categorical as categorical,
     choice as choice,
+    draw,
     permutation as permutation,
     randint as randint,
 )
@@ -104,7 +105,7 @@ def normal(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
     True
 
     """
-    return jax.random.normal(checked_key(stream, "effax.random.normal", shape), shape, dtype)
+    return draw("normal", stream, {"shape": shape, "dtype": dtype})
 
 
 @_trace.api_boundary
@@ -143,9 +144,8 @@ def uniform(
     True
 
     """
-    return jax.random.uniform(
-        checked_key(stream, "effax.random.uniform", shape), shape, dtype, minval, maxval
-    )
+    arguments = {"shape": shape, "dtype": dtype, "minval": minval, "maxval": maxval}
+    return draw("uniform", stream, arguments)
 
 
 @_trace.api_boundary
@@ -179,9 +179,8 @@ def truncated_normal(
     True
 
     """
-    return jax.random.truncated_normal(
-        checked_key(stream, "effax.random.truncated_normal", shape), lower, upper, shape, dtype
-    )
+    arguments = {"lower": lower, "upper": upper, "shape": shape, "dtype": dtype}
+    return draw("truncated_normal", stream, arguments)
 
 
 @_trace.api_boundary
@@ -200,7 +199,7 @@ def gumbel(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = rng) 
     True
 
     """
-    return jax.random.gumbel(checked_key(stream, "effax.random.gumbel", shape), shape, dtype)
+    return draw("gumbel", stream, {"shape": shape, "dtype": dtype})
 
 
 @_trace.api_boundary
@@ -217,9 +216,7 @@ def exponential(shape: Shape = (), dtype: DType = float, *, stream: RandomKey = 
     ((100,), True)
 
     """
-    return jax.random.exponential(
-        checked_key(stream, "effax.random.exponential", shape), shape, dtype
-    )
+    return draw("exponential", stream, {"shape": shape, "dtype": dtype})
 
 
 @_trace.api_boundary
@@ -249,7 +246,7 @@ def gamma(
     (3,)
 
     """
-    return jax.random.gamma(checked_key(stream, "effax.random.gamma", shape), a, shape, dtype)
+    return draw("gamma", stream, {"a": a, "shape": shape, "dtype": dtype})
 
 
 @_trace.api_boundary
@@ -283,7 +280,7 @@ def beta(
     True
 
     """
-    return jax.random.beta(checked_key(stream, "effax.random.beta", shape), a, b, shape, dtype)
+    return draw("beta", stream, {"a": a, "b": b, "shape": shape, "dtype": dtype})
 
 
 @_trace.api_boundary
@@ -313,9 +310,7 @@ def dirichlet(
     (True, True)
 
     """
-    return jax.random.dirichlet(
-        checked_key(stream, "effax.random.dirichlet", shape), alpha, shape, dtype
-    )
+    return draw("dirichlet", stream, {"alpha": alpha, "shape": shape, "dtype": dtype})
 
 
 @_trace.api_boundary
@@ -351,11 +346,5 @@ def multivariate_normal(
     ((4, 2), dtype('float32'))
 
     """
-    return jax.random.multivariate_normal(
-        checked_key(stream, "effax.random.multivariate_normal", shape),
-        mean,
-        cov,
-        shape,
-        dtype,
-        method,
-    )
+    arguments = {"mean": mean, "cov": cov, "shape": shape, "dtype": dtype, "method": method}
+    return draw("multivariate_normal", stream, arguments)
