@@ -16,17 +16,29 @@ over bodies of leaf operations that map a float32 scalar `acc` to a new one: rea
 a traced Ask (`A`) and a static one (`STATIC`, used in Python `if`), read and
 update two States (`S1` float32, `S2` uint32[2] xor-accumulating key bits), draw
 keys from a `RandomKey` (`fx.random.uniform(stream=K)` and raw bits
-`jax.random.key_data(K.next_key())`), and emit to an `Emit` (`E`). Every body also
-receives the program input `x0` (never differentiated), from which trip counts,
-some predicates and switch indices are computed.
+`jax.random.key_data(K.next_key())`), emit to an `Emit` (`E`), tap `acc` at the
+sites "t/a" and "t/b" of a `Tap` (`T`), read an entry of a `StateDict` (`D`,
+`get(name, init=c)`, creating it on first use) and set an existing one; regions of
+a `Scaled(E, k)`, an `fx.Interceptor` subclass with an `__init__(effect, k)` of
+its own, multiply what is emitted under them by k. Each program picks the handler
+of `T`: `record(*patterns)`, `replace(fn)`, `replace(mapping, where=...)` (rows
+with a mask for "t/a", one value for "t/b") or `gradients(*patterns)`. Every body
+also receives the program input `x0` (never differentiated), from which trip
+counts, some predicates and switch indices are computed.
 
 Runs. Each program is built once (its wrapped functions made once, as user code
 makes them) and called twice, on inputs 0.7 and -1.1 (other trip counts and
 branches) with fresh handlers (other Ask values, seeds and initial states; the
 static value changes between the runs in some programs), first unwrapped (eager)
-then under one outer `fx.jit` (the same inner wrapped functions). Outputs, final
-states, final key counters (`hs[K].counter`) and emitted values (`hs[E]`) are
-compared with `reference`, an interpreter of the same program description that
+then under one outer `fx.jit` (the same inner wrapped functions). One of the two
+modes (drawn per program) then makes a third run, on input 0.7, under a
+*different* handler environment: fresh handlers plus an unused `RandomKey` (`K2`),
+an unrelated `State` (`S3`) and an `fx.intercept` of E (`emit(v - 1)`), at other
+positions of the stack, with the same already-built wrapped functions (the
+pattern of a nested `fx.jit` traced under fewer handlers, called under more).
+Outputs, final states, final key counters (`hs[K].counter`, and `K2`'s), emitted
+values (`hs[E]`), `hs[T]`, the entries `hs[D]` and `hs[S3]` are compared with
+`reference`, an interpreter of the same program description that
 never calls effax: Python loops, `if` and `while`; vmap as a Python loop over
 the elements with the documented key policy (keys="split": the stream draws one
 key `Kb = fold_in(base, counter)` — also when the body draws none, as effax and
@@ -47,6 +59,18 @@ JAX's key-reuse checker is off here (it rejects plain JAX's vmap of a cond with 
 batched predicate that draws a key in one branch); the keys are compared bit for
 bit with the reference's instead.
 
+The reference's taps: a recorded site holds its value if tapped once, else every
+value stacked along one leading axis in program order (Python loops; a vmap is a
+tap of every element at once, its value stacked along the batch axis, after the
+taps' axis; a cond records only the branch taken); `replace(fn)` applies
+`replace_fn`; the mapping's tap k of "t/a" takes row k where the mask's row k is
+true, and `hs[T]` counts the taps of each site (a vmap's tap once); under
+`gradients`, the taps of an `fx.grad` body return `value + eps_k` and the gradient
+of the body's result with respect to each `eps_k` is recorded (taps outside any
+grad pass through). `D`'s entries are created by the first `get`, with its init,
+and carried like a state; `K2` advances by one at each `vmap(keys="split")` (every
+installed stream draws its split key, as K does when the body draws none).
+
 Semantics chosen where a combination is documented as an error (docs/howto/
 control-flow.md, emit.md, vmap.md, docs/errors.md) — the generator avoids it:
 no emit under `fx.while_loop` or traced-bound `fx.fori_loop` (EffectUsageError:
@@ -60,7 +84,20 @@ state write that differs across the batch (no `S1.set(acc * c)`, no `S2` update
 from split keys, no state write under a batched predicate), and under a batched
 predicate whose innermost vmap shares keys, branches draw the same number of
 keys. The untaken branch of a cond records nothing; a loop of no steps emits
-nothing; `fx.map` bodies run at least once.
+nothing; `fx.map` bodies run at least once. Taps (docs/howto/taps.md): no
+recorded site (record, or gradients under a grad) under `fx.while_loop` /
+traced-bound `fori_loop` (EffectUsageError: the number of taps is not known);
+no tap counted or recorded (record, gradients, the mapping of replace) under a
+batched predicate (a branch taken by some elements only: "not one array per
+tap"); under `gradients`, no recorded site under two grads or under a vmap inside
+the grad (EffectUsageError naming `fx.vmap(fx.grad(f))`); the taps of one recorded
+site all have one shape (the same enclosing vmap sizes; a rewrite that breaks
+this redraws the program); the mapping has 64 rows (a program tapping "t/a" more
+often is redrawn: a tap past the last row is an error). StateDict
+(docs/howto/state.md): an entry is created only outside loop bodies and branches
+(StateTypeError: a loop or branch cannot grow its carry); inside one, only
+entries created before are read or set; under vmap (state="shared") only values
+the same for every element are set, never under a batched predicate.
 
 Size: `EFFAX_FUZZ_PROGRAMS` programs (default 500, 100 under ci-small; split over
 `SHARDS` tests; the leak-checked shard gets a fiftieth), `EFFAX_FUZZ_SEED` (default 0) picks another
@@ -73,6 +110,7 @@ shrinks it by hand-written rules.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 import random
 import re
@@ -94,7 +132,7 @@ MAX_DEPTH = 4
 MAX_LEAVES = 6  # per program, so that a program compiles in about a second
 RTOL = 1e-5
 MARGIN = 1e-3
-INPUTS = (0.7, -1.1)
+INPUTS = (0.7, -1.1, 0.7)  # run 2: the second handler environment
 
 A = fx.Ask[jax.Array]("a")
 STATIC = fx.Ask[int]("static", static=True)
@@ -102,6 +140,11 @@ S1 = fx.State[jax.Array]("s1")
 S2 = fx.State[jax.Array]("s2")
 K = fx.RandomKey("k")
 E = fx.Emit[jax.Array]("e")
+T = fx.Tap[jax.Array]("t")
+D = fx.StateDict[jax.Array]("d")
+# only in the second handler environment (run 2), never used by a program
+K2 = fx.RandomKey("k2")
+S3 = fx.State[jax.Array]("s3")
 
 F32 = jnp.float32
 COEFFICIENTS = (0.5, -1.0, 1.5)
@@ -127,6 +170,37 @@ LEVELS = 3
 INTERCEPTORS = [interceptors(n) for n in range(LEVELS)]
 
 
+class Scaled(fx.Interceptor):
+    """An interceptor subclass with a parameter of its own: emits `k * v` outside."""
+
+    def __init__(self, effect, k):
+        super().__init__(effect, ())
+        self.k = k
+
+    def emit(self, v):
+        self.outer().emit(v * self.k)
+
+
+SCALES = (2.0, -0.5)
+SITES = ("t/a", "t/b")
+TAP_MODES = ("record", "replace_fn", "replace_map", "gradients")
+PATTERNS = ((), ("t/a",), ("*b",))
+ROWS = 64  # the rows of the replacement of "t/a" under replace_map
+REPLACE_ROWS = 0.125 * np.arange(ROWS, dtype=np.float32) - 1.0
+REPLACE_WHERE = (np.arange(ROWS) % 3) != 1
+REPLACE_B = np.float32(0.375)
+NAMES = ("d/u", "d/v")
+
+
+def replace_fn(site, value):
+    """The rule of replace_fn (static, as `replace(fn)` is)."""
+    return value * 0.5 + (0.25 if site == "t/a" else -0.5)
+
+
+def matches(site, patterns):
+    return not patterns or any(fnmatch.fnmatchcase(site, p) for p in patterns)
+
+
 # --- programs -----------------------------------------------------------------------
 # An op is a tuple: a leaf ("ask",), ("static",), ("get",), ("set", c), ("modify", c),
 # ("uniform",), ("bits_state",), ("bits_emit",), ("emit",), or a wrapper:
@@ -135,10 +209,11 @@ INTERCEPTORS = [interceptors(n) for n in range(LEVELS)]
 # ("fori_traced", (n_pos, n_neg), body), ("while", (n_pos, n_neg), body),
 # ("cond", source, body_true, body_false), ("switch", source, (body, ...)),
 # ("vmap", keys, size, body), ("intercept", level, body); a body is a tuple of ops;
-# source is "acc" or "x0".
+# source is "acc" or "x0". Also the leaves ("tap", site), ("dget", name, c),
+# ("dset", name, c) and the wrapper ("scaled", k, body) (a `Scaled` of E).
 
 WRAPPERS = ("jit", "checkpoint", "grad", "value_and_grad", "scan", "fori", "map",
-            "fori_traced", "while", "cond", "switch", "vmap", "intercept")  # fmt: skip
+            "fori_traced", "while", "cond", "switch", "vmap", "intercept", "scaled")  # fmt: skip
 BODIES = {"cond": (2, 3), "switch": (3, None)}  # ops holding several bodies
 
 
@@ -153,6 +228,10 @@ class Context:
     inner_keys: str | None = None  # the key policy of the innermost vmap
     batched_pred: bool = False  # under a cond/switch whose predicate is batched
     levels: tuple[int, ...] = ()  # the interceptor levels installed around it
+    confined: bool = False  # in a loop body or a branch: no StateDict entry created
+    grads: int = 0  # how many fx.grad / value_and_grad enclose it
+    vmap_in_grad: bool = False  # a vmap between the innermost grad and here
+    batch: tuple[int, ...] = ()  # the sizes of the enclosing vmaps
 
 
 def bodies_of(op):
@@ -193,7 +272,7 @@ def emit_signature(ops):
             out += emit_signature(bodies_of(op)[0])
         elif kind in ("jit", "checkpoint", "grad", "value_and_grad"):
             out += emit_signature(op[1])
-        elif kind == "intercept":
+        elif kind in ("intercept", "scaled"):
             out += emit_signature(op[2])
     return out
 
@@ -218,7 +297,7 @@ def draws(ops):
             n = 1 if op[1] == "split" else draws(op[3])
         elif kind in ("jit", "checkpoint", "grad", "value_and_grad"):
             n = draws(op[1])
-        elif kind == "intercept":
+        elif kind in ("intercept", "scaled"):
             n = draws(op[2])
         else:
             n = 0
@@ -241,13 +320,38 @@ def strip_emits(ops):
 
 
 class Generator:
-    def __init__(self, rng):
+    def __init__(self, rng, tap_mode="record", patterns=()):
         self.rng = rng
         self.leaves = 0
+        self.tap_mode = tap_mode
+        self.patterns = patterns
+        self.created = set()  # StateDict entries that exist from here on, surely
+        self.batches = {}  # record / gradients: the batch of each site's taps
 
     def body(self, ctx, depth, most=2):
         n = self.rng.randint(1, most)
         return tuple(self.op(ctx, depth) for _ in range(n))
+
+    def tap_sites(self, ctx):
+        """The sites a tap may use here (see the docstring's documented errors)."""
+        mode = self.tap_mode
+        if mode == "replace_fn":
+            return SITES
+        if ctx.batched_pred:  # taps counted or recorded per tap, not per element
+            return ()
+        if mode == "replace_map":
+            return SITES
+        unmatched = tuple(s for s in SITES if not matches(s, self.patterns))
+        if mode == "gradients" and not ctx.grads:
+            return SITES  # let through, nothing recorded
+        if mode == "gradients" and (ctx.grads > 1 or ctx.vmap_in_grad):
+            return unmatched
+        if ctx.no_emit:  # no recorded value (or gradient) in a while_loop
+            return unmatched
+        # every tap of a recorded site has one shape (the batch of its vmaps)
+        return unmatched + tuple(
+            s for s in SITES if s not in unmatched and self.batches.get(s, ctx.batch) == ctx.batch
+        )
 
     def leaf(self, ctx):
         rng = self.rng
@@ -261,10 +365,29 @@ class Generator:
                 choices.append("bits_state")
         if not ctx.no_emit:
             choices += ["emit", "emit", "bits_emit"]
+        sites = self.tap_sites(ctx)
+        if sites:
+            choices += ["tap", "tap"]
+        names = NAMES if not ctx.confined else tuple(sorted(self.created))
+        if names:
+            choices.append("dget")
+            if writes and self.created:
+                choices.append("dset")
         kind = rng.choice(choices)
         self.leaves += 1
         if kind in ("set", "modify"):
             return (kind, rng.choice(COEFFICIENTS))
+        if kind == "tap":
+            site = rng.choice(sites)
+            if matches(site, self.patterns):
+                self.batches.setdefault(site, ctx.batch)
+            return (kind, site)
+        if kind == "dget":
+            name = rng.choice(names)
+            self.created.add(name)
+            return (kind, name, rng.choice(COEFFICIENTS))
+        if kind == "dset":
+            return (kind, rng.choice(sorted(self.created)), rng.choice(COEFFICIENTS))
         return (kind,)
 
     def op(self, ctx, depth):
@@ -276,6 +399,8 @@ class Generator:
         d = depth + 1
         if kind in ("jit", "checkpoint"):
             return (kind, self.body(ctx, d))
+        if kind == "scaled":
+            return (kind, rng.choice(SCALES), self.body(ctx, d))
         if kind == "intercept":
             free = [n for n in range(LEVELS) if n not in ctx.levels]
             if not free:
@@ -287,14 +412,18 @@ class Generator:
                 self.body(dataclasses.replace(ctx, levels=(*ctx.levels, level)), d),
             )
         if kind in ("grad", "value_and_grad"):
-            return (kind, self.body(dataclasses.replace(ctx, under_grad=True), d))
+            inner = dataclasses.replace(
+                ctx, under_grad=True, grads=ctx.grads + 1, vmap_in_grad=False
+            )
+            return (kind, self.body(inner, d))
+        looped = dataclasses.replace(ctx, confined=True)
         if kind in ("scan", "fori"):
-            return (kind, rng.randint(0, 3), self.body(ctx, d))
+            return (kind, rng.randint(0, 3), self.body(looped, d))
         if kind == "map":
-            return (kind, rng.randint(1, 3), self.body(ctx, d))
+            return (kind, rng.randint(1, 3), self.body(looped, d))
         if kind in ("fori_traced", "while"):
             trips = (rng.randint(0, 3), rng.randint(0, 3))
-            return (kind, trips, self.body(dataclasses.replace(ctx, no_emit=True), d))
+            return (kind, trips, self.body(dataclasses.replace(looped, no_emit=True), d))
         if kind == "vmap":
             keys = rng.choice(["split", "shared"])
             inner = dataclasses.replace(
@@ -305,12 +434,15 @@ class Generator:
                 # an outer batched predicate still selects what the inner vmap
                 # writes to the states it shares
                 batched_pred=ctx.batched_pred,
+                vmap_in_grad=ctx.grads > 0,
             )
-            return (kind, keys, rng.randint(1, 3), self.body(inner, d))
+            size = rng.randint(1, 3)
+            inner = dataclasses.replace(inner, batch=(*ctx.batch, size))
+            return (kind, keys, size, self.body(inner, d))
         # cond / switch
         source = rng.choice(["acc", "x0"])
         batched = ctx.batched_pred or (ctx.in_vmap and source == "acc")
-        inner = dataclasses.replace(ctx, batched_pred=batched)
+        inner = dataclasses.replace(ctx, batched_pred=batched, confined=True)
         count = 2 if kind == "cond" else rng.randint(1, 3)
         branches = [self.body(inner, d, most=1 if count > 2 else 2) for _ in range(count)]
         if len({tuple(emit_signature(b)) for b in branches}) > 1 or rng.random() < 0.2:
@@ -343,17 +475,24 @@ def strip_keys(ops):
 class Program:
     ops: tuple
     statics: tuple[int, int]  # the static Ask's value in each run
+    tap_mode: str = "record"  # the handler of T: one of TAP_MODES
+    patterns: tuple[str, ...] = ()  # of record / gradients
+    again: str = "jit"  # the mode ("eager" or "jit") that also makes run 2
 
     def __str__(self):
-        return f"{show(self.ops)}  statics={self.statics}"
+        taps = f"{self.tap_mode}{list(self.patterns) if self.patterns else ''}"
+        return f"{show(self.ops)}  statics={self.statics} taps={taps}"
 
 
 def generate(index, base_seed=BASE_SEED):
     rng = random.Random(f"effax-compositions:{base_seed}:{index}")
-    gen = Generator(rng)
+    tap_mode = rng.choice(TAP_MODES)
+    patterns = rng.choice(PATTERNS) if tap_mode in ("record", "gradients") else ()
+    gen = Generator(rng, tap_mode, patterns)
     ops = gen.body(Context(), 0, most=3)
     statics = rng.choice([(1, 1), (1, 2), (2, 2)])
-    return Program(ops, statics), rng
+    again = rng.choice(["eager", "jit"])
+    return Program(ops, statics, tap_mode, patterns, again), rng
 
 
 def show(ops):
@@ -376,6 +515,12 @@ def show(ops):
             parts.append(f"vmap({op[1]},{op[2]})[{show(op[3])}]")
         elif kind == "intercept":
             parts.append(f"intercept{op[1]}[{show(op[2])}]")
+        elif kind == "scaled":
+            parts.append(f"scaled({op[1]})[{show(op[2])}]")
+        elif kind == "tap":
+            parts.append(f"tap({op[1]})")
+        elif kind in ("dget", "dset"):
+            parts.append(f"{kind}({op[1]},{op[2]})")
         else:
             parts.append(kind)
     return ", ".join(parts)
@@ -432,6 +577,20 @@ def build_op(op):
         return lambda acc, x0: (E.emit(jax.random.key_data(K.next_key())), acc)[1]
     if kind == "emit":
         return lambda acc, x0: (E.emit(acc), acc)[1]
+    if kind == "tap":
+        return lambda acc, x0, site=op[1]: T.tap(site, acc)
+    if kind == "dget":
+        return lambda acc, x0, name=op[1], c=op[2]: acc + 0.5 * D.get(name, init=F32(c))
+    if kind == "dset":
+        return lambda acc, x0, name=op[1], c=op[2]: (D.set(name, 0.5 * D.get(name) + c), acc)[1]
+    if kind == "scaled":
+        scaled, body = Scaled(E, op[1]), build(op[2])  # made once, as user code would
+
+        def scaled_region(acc, x0):
+            with scaled:
+                return body(acc, x0)
+
+        return scaled_region
     if kind in ("jit", "checkpoint"):
         return (fx.jit if kind == "jit" else fx.checkpoint)(build(op[1]))
     if kind == "grad":
@@ -537,6 +696,11 @@ class Ambiguous(Exception):
     """A decision within MARGIN of its boundary: rounding could flip it."""
 
 
+class Avoided(Exception):
+    """A shape the generator avoids that a rewrite (strip_keys, shrinking) made:
+    the taps of one recorded site of different shapes."""
+
+
 class ReferenceError_(Exception):
     """The reference found the program outside what the generator promises."""
 
@@ -550,34 +714,57 @@ class Env:
     base: jax.Array
     counter: int
     emits: list
-    levels: tuple[int, ...] = ()  # the interceptor levels installed, outermost first
+    # the interceptors installed, outermost first: an int n is the level n of
+    # `interceptors(n)`, a float k a `Scaled(E, k)`, "shift" the extra interceptor
+    # of E of the second handler environment (`emit(v - 1)`)
+    levels: tuple = ()
+    tap_mode: str = "record"
+    patterns: tuple[str, ...] = ()
+    taps: list = dataclasses.field(default_factory=list)  # (site, value), in order
+    tap_count: int = 0  # replace_map: the taps of "t/a" so far
+    tap_count_b: int = 0  # replace_map: the taps of "t/b" so far
+    eps: dict | None = None  # gradients: the perturbations of the innermost grad
+    d: dict = dataclasses.field(default_factory=dict)  # the StateDict's entries
+    confined: bool = False  # in a loop body or a branch
+    # run 2: the counter of the stream K2 the program never draws from; a
+    # vmap(keys="split") splits every stream installed, so it draws one key of K2 too
+    k2: int | None = None
 
     def copy(self, **changes):
-        return dataclasses.replace(self, **{"emits": [], **changes})
+        return dataclasses.replace(self, **{"emits": [], "taps": [], **changes})
+
+    @property
+    def numbered(self):
+        return [n for n in self.levels if isinstance(n, int)]
 
     # The operations through the interceptors: the innermost sees an operation
     # first; what it forwards (a read's value, a key) comes back through the
     # outer ones first.
     def ask(self):
         value = self.a
-        for n in self.levels:
+        for n in self.numbered:
             value = value * 2 + n
         return value
 
     def get(self):
         value = self.s1
-        for n in self.levels:
+        for n in self.numbered:
             value = value + 0.25 * (n + 1)
         return value
 
     def set(self, value):
-        for n in reversed(self.levels):
+        for n in reversed(self.numbered):
             value = value * 0.5 - n
         self.s1 = value
 
     def emit(self, value):
         for n in reversed(self.levels):
-            value = value * 3 + n
+            if n == "shift":
+                value = value - 1.0
+            elif isinstance(n, float):
+                value = value * n
+            else:
+                value = value * 3 + n
         self.emits.append(value)
 
     def draw(self, *, raw=False):
@@ -585,9 +772,46 @@ class Env:
         stream draws itself, not through its interceptors)."""
         key = jax.random.fold_in(self.base, self.counter)
         self.counter += 1
-        for n in () if raw else self.levels:
+        for n in () if raw else self.numbered:
             key = jax.random.fold_in(key, n + 3)
         return key
+
+    def tap(self, site, value):
+        mode, matched = self.tap_mode, matches(site, self.patterns)
+        if mode == "record":
+            if matched:
+                self.taps.append((site, value))
+            return value
+        if mode == "replace_fn":
+            return replace_fn(site, value)
+        if mode == "replace_map":
+            if site == "t/b":
+                self.tap_count_b += 1
+                return jnp.broadcast_to(REPLACE_B, jnp.shape(value)).astype(F32)
+            k = self.tap_count
+            self.tap_count += 1
+            if k >= ROWS:
+                raise Ambiguous(f"{k} taps of t/a")
+            return jnp.where(REPLACE_WHERE[k], REPLACE_ROWS[k], value)
+        # gradients: under a grad, the tap returns value + eps (see reference_op)
+        if self.eps is None or not matched:
+            return value
+        k = len(self.eps["sites"])
+        self.eps["sites"].append(site)
+        values = self.eps["values"]
+        return value if values is None else value + values[k]
+
+    def dict_get(self, name, init):
+        if name not in self.d:
+            if self.confined:
+                raise ReferenceError_(f"StateDict entry {name} created in a loop or branch")
+            self.d = {**self.d, name: F32(init)}
+        return self.d[name]
+
+    def dict_set(self, name, value):
+        if name not in self.d:
+            raise ReferenceError_(f"StateDict entry {name} set before it exists")
+        self.d = {**self.d, name: value}
 
 
 def decide(value, boundary=0.0):
@@ -626,7 +850,21 @@ def reference_loop(body, acc, x0, env, n, shift):
     return acc, ys
 
 
+CONFINING = ("scan", "fori", "map", "fori_traced", "while", "cond", "switch")
+
+
 def reference_op(op, acc, x0, env):
+    if op[0] not in CONFINING:
+        return reference_step(op, acc, x0, env)
+    outer = env.confined
+    env.confined = True
+    try:
+        return reference_step(op, acc, x0, env)
+    finally:
+        env.confined = outer
+
+
+def reference_step(op, acc, x0, env):
     kind = op[0]
     if kind == "ask":
         return acc * env.ask() + 0.25
@@ -652,6 +890,20 @@ def reference_op(op, acc, x0, env):
     if kind == "emit":
         env.emit(acc)
         return acc
+    if kind == "tap":
+        return env.tap(op[1], acc)
+    if kind == "dget":
+        return acc + 0.5 * env.dict_get(op[1], op[2])
+    if kind == "dset":
+        env.dict_set(op[1], 0.5 * env.dict_get(op[1], None) + op[2])
+        return acc
+    if kind == "scaled":
+        outer = env.levels
+        env.levels = (*outer, op[1])
+        try:
+            return reference(op[2], acc, x0, env)
+        finally:
+            env.levels = outer
     if kind == "intercept":
         outer = env.levels
         env.levels = (*outer, op[1])
@@ -664,16 +916,30 @@ def reference_op(op, acc, x0, env):
     if kind in ("grad", "value_and_grad"):
         body = op[1]
         side = {}
+        gradients = env.tap_mode == "gradients"
 
-        def fun(a):
-            inner = env.copy()
+        def fun(a, eps):
+            # gradients: the taps of this grad return value + eps[k] (the innermost
+            # grad answers them; the generator puts none under two grads)
+            sites = []
+            inner = env.copy(eps={"sites": sites, "values": eps} if gradients else None)
             out = reference(body, a, x0, inner)
-            side["counter"] = inner.counter
-            return out, (inner.s1, inner.s2, inner.emits)
+            counts = (inner.tap_count, inner.tap_count_b)
+            side.update(counter=inner.counter, sites=sites, counts=counts, k2=inner.k2)
+            return out, (inner.s1, inner.s2, inner.emits, inner.taps, inner.d)
 
-        (value, (s1, s2, emits)), g = jax.value_and_grad(fun, has_aux=True)(acc)
-        env.s1, env.s2, env.counter = s1, s2, side["counter"]
-        env.emits.extend(emits)
+        if gradients:  # count the taps first, as fx.grad sizes its perturbations
+            fun(acc, None)
+            eps = [F32(0)] * len(side["sites"])
+        else:
+            eps = []
+        (value, aux), (g, g_eps) = jax.value_and_grad(fun, argnums=(0, 1), has_aux=True)(acc, eps)
+        env.s1, env.s2, env.d = aux[0], aux[1], aux[4]
+        env.counter, env.k2 = side["counter"], side["k2"]
+        env.tap_count, env.tap_count_b = side["counts"]
+        env.emits.extend(aux[2])
+        env.taps.extend(aux[3])
+        env.taps.extend(zip(side["sites"], g_eps, strict=True))
         return (acc if kind == "grad" else value) + 0.5 * g
     if kind == "scan":
         final, ys = reference_loop(op[2], acc, x0, env, op[1], lambda i: 0.125 * F32(i))
@@ -734,11 +1000,14 @@ def reference_op(op, acc, x0, env):
         keys, size, body = op[1], op[2], op[3]
         xs = acc + 0.5 * jnp.arange(size, dtype=F32)
         split = env.draw(raw=True) if keys == "split" else None
+        if split is not None and env.k2 is not None:
+            env.k2 += 1
         elements = []
         ys = []
         for b in range(size):
             if split is not None:
-                element = env.copy(base=jax.random.fold_in(split, b), counter=0)
+                k2 = None if env.k2 is None else 0
+                element = env.copy(base=jax.random.fold_in(split, b), counter=0, k2=k2)
             else:
                 element = env.copy()
             ys.append(reference(body, xs[b], x0, element))
@@ -746,12 +1015,24 @@ def reference_op(op, acc, x0, env):
         first = elements[0]
         for element in elements[1:]:
             same = bool(jnp.all(element.s1 == first.s1)) and bool(jnp.all(element.s2 == first.s2))
+            same = same and element.d.keys() == first.d.keys()
+            same = same and all(bool(element.d[n] == first.d[n]) for n in first.d)
+            counts = (element.tap_count, element.tap_count_b)
+            same = same and counts == (first.tap_count, first.tap_count_b)
             if not same or (split is None and element.counter != first.counter):
                 raise ReferenceError_("vmap elements ended with different shared state")
-        env.s1, env.s2 = first.s1, first.s2
+        env.s1, env.s2, env.d = first.s1, first.s2, first.d
+        env.tap_count, env.tap_count_b = first.tap_count, first.tap_count_b
         if split is None:
-            env.counter = first.counter
+            if any(e.k2 != first.k2 for e in elements):
+                raise ReferenceError_("vmap elements split k2 differently")
+            env.counter, env.k2 = first.counter, first.k2
         stack_sites([e.emits for e in elements], env, "vmap")
+        # each tap's value carries the batch axis (a tap of every element at once)
+        if any([s for s, _ in e.taps] != [s for s, _ in first.taps] for e in elements):
+            raise ReferenceError_("vmap elements tapped different sites")
+        for k, (site, _) in enumerate(first.taps):
+            env.taps.append((site, jnp.stack([e.taps[k][1] for e in elements])))
         return jnp.mean(jnp.stack(ys))
     raise AssertionError(op)
 
@@ -760,43 +1041,103 @@ def reference_op(op, acc, x0, env):
 
 
 # per run: the Ask's value, S1's and S2's initial values, the stream's seed
-ASKED = (0.5, 0.75)
-S1_INIT = (1.0, -0.5)
-S2_INIT = ((0, 0), (7, 1 << 31))
-SEEDS = (0, 1)
+ASKED = (0.5, 0.75, 0.625)
+S1_INIT = (1.0, -0.5, 0.25)
+S2_INIT = ((0, 0), (7, 1 << 31), (3, 5))
+SEEDS = (0, 1, 2)
+RUNS = 3
+S3_INIT = 3.0
 
 
-def handlers_of(run, statics):
-    return (
+def static_of(run, statics):
+    return statics[run if run < 2 else 0]
+
+
+def tap_handler(program):
+    mode = program.tap_mode
+    if mode == "record":
+        return T.record(*program.patterns)
+    if mode == "gradients":
+        return T.gradients(*program.patterns)
+    if mode == "replace_fn":
+        return T.replace(replace_fn)
+    rows = {"t/a": jnp.asarray(REPLACE_ROWS), "t/b": jnp.asarray(REPLACE_B)}
+    return T.replace(rows, where={"t/a": jnp.asarray(REPLACE_WHERE)})
+
+
+def handlers_of(run, program):
+    """Fresh handlers for `run`; run 2 (the second handler environment, after runs
+    0 and 1 of the same wrapped functions) adds an unused key stream, an unrelated
+    State and an interceptor of E, at other positions of the stack."""
+    core = [
         A.provide(F32(ASKED[run])),
-        STATIC.provide(statics[run]),
+        STATIC.provide(static_of(run, program.statics)),
         S1.init(F32(S1_INIT[run])),
         S2.init(jnp.array(S2_INIT[run], jnp.uint32)),
         K.seed(SEEDS[run]),
         E.collect(),
-    )
+        tap_handler(program),
+        D.init(),
+    ]
+    if run < 2:
+        return tuple(core)
+    shift = fx.intercept(E, emit=lambda outer, v: outer.emit(v - 1.0))
+    return (K2.seed(5), *core[:2], S3.init(F32(S3_INIT)), *core[2:], shift)
 
 
 def expected(program, run):
     s2 = jnp.array(S2_INIT[run], jnp.uint32)
     base = jax.random.key(SEEDS[run])
-    env = Env(F32(ASKED[run]), program.statics[run], F32(S1_INIT[run]), s2, base, 0, [])
+    static = static_of(run, program.statics)
+    env = Env(F32(ASKED[run]), static, F32(S1_INIT[run]), s2, base, 0, [])
+    env.levels = ("shift",) if run == 2 else ()
+    env.k2 = 0 if run == 2 else None
+    env.tap_mode, env.patterns = program.tap_mode, program.patterns
     x0 = F32(INPUTS[run])
     out = reference(program.ops, x0, x0, env)
-    return {"out": out, "s1": env.s1, "s2": env.s2, "counter": env.counter, "emits": env.emits}
+    if program.tap_mode in ("record", "gradients"):
+        taps = {}
+        for site, value in env.taps:
+            taps.setdefault(site, []).append(value)
+        if any(len({jnp.shape(x) for x in v}) > 1 for v in taps.values()):
+            raise Avoided("taps of one site with different shapes")
+        taps = {s: v[0] if len(v) == 1 else jnp.stack(v) for s, v in taps.items()}
+    elif program.tap_mode == "replace_map":
+        taps = {"t/a": np.int32(env.tap_count), "t/b": np.int32(env.tap_count_b)}
+    else:
+        taps = {}
+    return {
+        "out": out,
+        "s1": env.s1,
+        "s2": env.s2,
+        "counter": env.counter,
+        "emits": env.emits,
+        "taps": taps,
+        "d": env.d,
+        "extra": (env.k2, F32(S3_INIT)) if run == 2 else None,
+    }
 
 
 def observed(fn, program, run):
-    with fx.handlers(*handlers_of(run, program.statics)) as hs:
+    with fx.handlers(*handlers_of(run, program)) as hs:
         x0 = F32(INPUTS[run])
         out = fn(x0, x0)
     counter = hs[K].counter
+    taps = hs[T]
+    if program.tap_mode == "replace_map":
+        taps = {s: np.int32(taps.get(s, 0)) for s in SITES}
+    extra = None
+    if run == 2:
+        extra = (int(np.asarray(hs[K2].counter).astype(np.uint32)), hs[S3])
     return {
         "out": out,
         "s1": hs[S1],
         "s2": hs[S2],
         "counter": int(np.asarray(counter).astype(np.uint32)),
         "emits": list(hs[E]),
+        "taps": dict(taps),
+        "d": dict(hs[D]),
+        "extra": extra,
     }
 
 
@@ -806,13 +1147,24 @@ def compare(ours, theirs):
         return f"key counter {ours['counter']} != {theirs['counter']}"
     if len(ours["emits"]) != len(theirs["emits"]):
         return f"{len(ours['emits'])} emits != {len(theirs['emits'])}"
-    for name in ("out", "s1", "s2", "emits"):
+    for name in ("taps", "d"):
+        if sorted(ours[name]) != sorted(theirs[name]):
+            return f"{name}: sites {sorted(ours[name])} != {sorted(theirs[name])}"
+    for name in ("out", "s1", "s2", "emits", "taps", "d", "extra"):
         left, right = ours[name], theirs[name]
-        if name != "emits":
-            left, right = [left], [right]
-        for i, (x, y) in enumerate(zip(left, right, strict=True)):
+        if name in ("taps", "d"):
+            keys = sorted(right)
+            left, right = [left[k] for k in keys], [right[k] for k in keys]
+            labels = [f"{name}[{k}]" for k in keys]
+        elif name == "extra":
+            left, right = ([left[1]], [right[1]]) if right is not None else ([], [])
+            labels = ["state s3"]
+        elif name == "emits":
+            labels = [f"emit {i}" for i in range(len(left))]
+        else:
+            left, right, labels = [left], [right], [name]
+        for where, x, y in zip(labels, left, right, strict=False):
             x, y = np.asarray(x), np.asarray(y)
-            where = name if name != "emits" else f"emit {i}"
             if x.shape != y.shape or x.dtype != y.dtype:
                 return f"{where}: {x.dtype}{list(x.shape)} != {y.dtype}{list(y.shape)}"
             if np.issubdtype(x.dtype, np.floating):
@@ -820,6 +1172,11 @@ def compare(ours, theirs):
                     return f"{where}: {x.tolist()} != {y.tolist()}"
             elif not np.array_equal(x, y):
                 return f"{where}: {x.tolist()} != {y.tolist()} (exact)"
+    # last, so that another mismatch of the same run is reported first
+    if (ours["extra"] is None) != (theirs["extra"] is None) or (
+        ours["extra"] is not None and ours["extra"][0] != theirs["extra"][0]
+    ):
+        return f"unused stream k2: {ours['extra']} != {theirs['extra']}"
     return None
 
 
@@ -834,7 +1191,8 @@ class Failure:
 
     def __str__(self):
         return (
-            f"#{self.index} [{self.mode}, input {INPUTS[self.run]}] {self.program}\n    {self.what}"
+            f"#{self.index} [{self.mode}, run {self.run}, input {INPUTS[self.run]}] "
+            f"{self.program}\n    {self.what}"
         )
 
 
@@ -845,7 +1203,9 @@ def signature(error):
 
 
 def finite(result):
-    leaves = [result["out"], result["s1"], *result["emits"]]
+    leaves = [result["out"], result["s1"], *result["emits"], *result["d"].values()]
+    if not isinstance(next(iter(result["taps"].values()), None), np.integer):
+        leaves += list(result["taps"].values())
     return all(
         bool(jnp.all(jnp.isfinite(x))) for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)
     )
@@ -856,15 +1216,15 @@ def program_for(index):
     program, rng = generate(index)
     for _ in range(20):
         try:
-            refs = [expected(program, run) for run in range(2)]
+            refs = [expected(program, run) for run in range(RUNS)]
             if all(finite(r) for r in refs):
                 return program, refs, None
-        except Ambiguous:
+        except (Ambiguous, Avoided):
             pass
         except Exception as error:  # the reference or the generator is wrong
             return program, None, error
-        gen = Generator(rng)
-        program = Program(gen.body(Context(), 0, most=3), program.statics)
+        gen = Generator(rng, program.tap_mode, program.patterns)
+        program = dataclasses.replace(program, ops=gen.body(Context(), 0, most=3))
     raise AssertionError(f"no unambiguous program for index {index}")
 
 
@@ -874,7 +1234,7 @@ def check(program, refs):
     eager = build(program.ops)
     modes = {"eager": eager, "jit": fx.jit(eager)}
     for mode, fn in modes.items():
-        for run in range(2):
+        for run in range(RUNS if mode == program.again else 2):
             try:
                 what = compare(observed(fn, program, run), refs[run])
                 kind = f"mismatch ({mode})" if what else None
@@ -934,21 +1294,32 @@ def test_random_compositions_are_transparent(shard):
 
 
 def test_generator_covers_every_wrapper():
-    """The CI programs nest every wrapper, in both vmap key policies, to depth 4."""
-    seen, depths = set(), set()
+    """The CI programs nest every wrapper, in both vmap key policies, to depth 4;
+    they tap under every handler of T (and under a grad with `gradients`), create
+    and set StateDict entries, and make run 2 in both modes."""
+    seen, depths, leaves = set(), set(), set()
 
-    def walk(ops, depth):
+    def walk(ops, depth, mode, grads):
         for op in ops:
             if op[0] in WRAPPERS:
                 seen.add(op[0] if op[0] != "vmap" else f"vmap-{op[1]}")
                 depths.add(depth + 1)
+            else:
+                leaves.add(op[0] if op[0] != "tap" else f"tap-{mode}{'-grad' * grads}")
+            inner = grads + (op[0] in ("grad", "value_and_grad"))
             for body in bodies_of(op):
-                walk(body, depth + 1)
+                walk(body, depth + 1, mode, min(inner, 1))
 
+    agains = set()
     for index in range(PROGRAMS):
-        walk(generate(index)[0].ops, 0)
+        program = generate(index)[0]
+        agains.add(program.again)
+        walk(program.ops, 0, program.tap_mode, 0)
     assert seen == {*WRAPPERS, "vmap-split", "vmap-shared"} - {"vmap"}
     assert max(depths) == MAX_DEPTH
+    assert {f"tap-{mode}" for mode in TAP_MODES} | {"tap-gradients-grad"} <= leaves
+    assert {"dget", "dset"} <= leaves
+    assert agains == {"eager", "jit"}
 
 
 # --- shrinking, by hand (outside CI) -------------------------------------------------
@@ -982,9 +1353,9 @@ def shrink(program, kind):
     while progress:
         progress = False
         for ops in smaller(current.ops):
-            candidate = Program(ops, current.statics)
+            candidate = dataclasses.replace(current, ops=ops)
             try:
-                refs = [expected(candidate, run) for run in range(2)]
+                refs = [expected(candidate, run) for run in range(RUNS)]
             except Exception:
                 continue
             if any(f[3] == kind for f in check(candidate, refs)):
