@@ -6,51 +6,85 @@ not, and a handler that cannot enter is hidden behind an `Uncompilable` marker.
 Coming out, an outcome's carry and values must be arrays too, and a carry must
 keep its structure, shapes and dtypes (`check_outcome`); across a call (not a
 loop), a carry that is a dict may gain entries (named state created on first use).
+
+A `jax.Ref` crosses too, but never as a value: into a compiled call it is an input
+(JAX takes ref arguments), and into a control-flow or batching region, whose bodies
+JAX lets close over a ref but not carry one, it crosses by closure: the carries
+that cross are `pin`ned (each ref leaf left out) and `unpin`ned inside and after.
+What comes out may hold only the very refs that went in (`check_outcome`), and a
+compiled call returns none (`check_no_ref_out`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _trace
 from ._context import Blocked
 from ._effect import Effect
 from ._errors import EffectTypeError, StateTypeError
 from ._protocol import Export, Outcome
 
 __all__ = [
+    "Pinned",
     "Uncompilable",
     "cannot_compile",
+    "check_no_ref_out",
     "check_carry",
     "check_outcome",
     "is_cannot_compile",
+    "is_ref",
+    "pin",
+    "placeholder",
     "strong",
     "uncompilable_leaf",
     "uncompilable_message",
+    "ref_refusal",
+    "unpin",
     "unplumbable",
+    "zeros_like",
 ]
 
 _INPUT_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
 
 
-def uncompilable_leaf(tree: Any) -> Any:
-    """A leaf of `tree` that cannot cross a traced region's boundary (not an array
-    or a Python number), or None."""
+def is_ref(leaf: Any) -> bool:
+    """Whether `leaf` is a `jax.Ref` (or a tracer of one)."""
+    return isinstance(leaf, jax.ref.Ref) or isinstance(
+        getattr(leaf, "aval", None), jax.ref.AbstractRef
+    )
+
+
+def uncompilable_leaf(tree: Any, *, refs: bool = True) -> Any:
+    """A leaf of `tree` that cannot cross a traced region's boundary (not an array,
+    a Python number or, with `refs`, a `jax.Ref`), or None."""
     for leaf in jax.tree.leaves(tree):
-        if not isinstance(leaf, _INPUT_TYPES):
+        if not isinstance(leaf, _INPUT_TYPES) and not (refs and is_ref(leaf)):
             return leaf
     return None
 
 
-def unplumbable(effect: Effect[Any], export: Export, where: str, *, keyed: bool) -> str | None:
+def unplumbable(
+    effect: Effect[Any], export: Export, where: str, *, keyed: bool, refs: bool = True
+) -> str | None:
     """Why `effect`'s handler, exporting `export`, cannot be plumbed into `where`
     (a message), or None. With `keyed`, its static export must also be hashable
-    (it is part of a compilation cache key)."""
-    leaf = uncompilable_leaf((export.const, export.carry))
+    (it is part of a compilation cache key); without `refs`, `where` takes no
+    `jax.Ref` (JAX's shard_map neither closes over one nor, eagerly, takes one)."""
+    leaf = uncompilable_leaf((export.const, export.carry), refs=refs)
     if leaf is not None:
+        if is_ref(leaf):
+            return (
+                f"{effect!r} holds a jax.Ref, which cannot cross {where}: JAX's shard_map "
+                "takes no ref from outside it (neither closed over nor, outside jax.jit, "
+                f"as an argument). Read the ref outside {where} and provide its value "
+                "(`ref[...]`) as an array, and write what the function returns into it "
+                "afterwards."
+            )
         return uncompilable_message(effect, leaf, where)
     if keyed:
         try:
@@ -114,7 +148,11 @@ def check_outcome(
     region, named for messages; None: an eager region), or whose carry changed
     type from `carry` (with `grows`, a region that is not a loop: a dict carry may
     gain entries)."""
-    leaf = None if where is None else uncompilable_leaf((outcome.carry, outcome.values))
+    if where is not None:
+        _check_same_refs(effect, carry, outcome.carry, where)
+    leaf = None
+    if where is not None:
+        leaf = uncompilable_leaf(outcome.carry) or uncompilable_leaf(outcome.values, refs=False)
     if leaf is not None:
         raise EffectTypeError(
             f"{effect!r} was given {_given(outcome, leaf)} inside {where}, which "
@@ -127,6 +165,47 @@ def check_outcome(
     if grows and type(carry) is dict and type(after) is dict and carry.keys() <= after.keys():
         after = {name: after[name] for name in carry}
     check_carry(effect, carry, after)
+
+
+def _check_same_refs(effect: Effect[Any], before: Any, after: Any, where: str) -> None:
+    """Refuse a carry that left a region holding a ref that did not enter it."""
+    entered = [leaf for leaf in jax.tree.leaves(before) if is_ref(leaf)]
+    for leaf in jax.tree.leaves(after):
+        if is_ref(leaf) and not any(leaf is ref for ref in entered):
+            raise EffectTypeError(
+                f"{effect!r} was set to another jax.Ref inside {where}: a ref crosses "
+                f"{where} as the very ref installed outside it (an input, or a value its "
+                "body closes over), never as a result, so it cannot be replaced there. "
+                f"Write into the ref instead (`ref[...] = value`), or set {effect!r} "
+                f"outside {where}."
+            )
+
+
+def check_no_ref_out(effect: Effect[Any], carry: Any) -> None:
+    """Refuse (as `cannot_compile`: an eager region runs directly instead) a carry
+    that must leave a compiled call and holds a ref: JAX returns no ref from a
+    jitted function. A carry only read, or a ref written through, never leaves."""
+    if any(is_ref(leaf) for leaf in jax.tree.leaves(carry)):
+        raise cannot_compile(
+            f"{effect!r} holds a jax.Ref in a pytree whose other values changed inside a "
+            "compiled call, so the pytree would leave the call with the ref in it, and "
+            "JAX returns no ref from a compiled function. Keep the ref in a State (or "
+            "an Ask) of its own and the other values in another State, or write them "
+            "into the ref."
+        )
+
+
+def ref_refusal(error: BaseException) -> str | None:
+    """If `error` is JAX refusing a write into a ref that a transformed function
+    closes over, the transformation: "vmap" or "grad"; else None."""
+    text = str(error)
+    if "array reference" not in text:
+        return None
+    if "with vmapped value on an unbatched" in text:
+        return "vmap"
+    if "with a differentiated value on a non-differentiated" in text:
+        return "grad"
+    return None
 
 
 def _given(outcome: Outcome, leaf: Any) -> str:
@@ -142,7 +221,10 @@ def _given(outcome: Outcome, leaf: Any) -> str:
 
 def _signature(tree: Any) -> tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]:
     leaves, treedef = jax.tree.flatten(tree)
-    return treedef, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves)
+    return treedef, tuple(
+        (tuple(x.shape), ("Ref", x.dtype)) if is_ref(x) else (jnp.shape(x), jnp.result_type(x))
+        for x in leaves
+    )
 
 
 def check_carry(effect: Effect[Any], before: Any, after: Any) -> None:
@@ -167,6 +249,8 @@ def _describe(sig: tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]) -> str:
 
 
 def _dtype_name(dtype: Any) -> str:
+    if isinstance(dtype, tuple):  # a ref's
+        return f"Ref {_dtype_name(dtype[1])}"
     return str(getattr(dtype, "name", None) or jnp.dtype(dtype).name)
 
 
@@ -174,6 +258,8 @@ def strong(tree: Any) -> Any:
     """Strip weak types from carry leaves, so that a loop's carry keeps its type."""
 
     def leaf(x: Any) -> Any:
+        if is_ref(x):
+            return x
         if isinstance(x, (bool, int, float, complex)):
             return jnp.asarray(x, dtype=jnp.result_type(x))
         if getattr(x, "weak_type", False):
@@ -181,3 +267,77 @@ def strong(tree: Any) -> Any:
         return x
 
     return jax.tree.map(leaf, tree)
+
+
+# --- values in place of those that cannot cross ------------------------------------
+
+
+def placeholder(value: Any) -> Any:
+    """`value`, or, if it is a tracer of another trace, zeros of its type made on
+    the current trace: a value of the same kind (a tracer where the value would be
+    one once plumbed in, with JAX's methods: ``.at``, ``jnp`` functions, indexing)
+    that closes over no other trace."""
+    if not _trace.is_tracer(value):
+        return value
+    return zeros_like(value.aval, traced=True)
+
+
+def zeros_like(aval: Any, *, traced: bool = False) -> Any:
+    """Zeros of an abstract value's type (a key array of zero key data for a key
+    type): a concrete stand-in for a value nothing reads, or with `traced`, a JAX
+    array made by the current trace (a tracer of it under a staging trace)."""
+    if jnp.issubdtype(aval.dtype, jax.dtypes.extended):
+        impl = aval.dtype._impl
+        shape = (*aval.shape, *impl.key_shape)
+        if traced:
+            return jax.random.wrap_key_data(jax.lax.full(shape, 0, jnp.uint32), impl=impl)
+        # concrete under any trace: a cached value must not hold a tracer
+        with jax.ensure_compile_time_eval():
+            return jax.random.wrap_key_data(jnp.zeros(shape, jnp.uint32), impl=impl)
+    if traced:
+        return jax.lax.full(aval.shape, 0, aval.dtype)
+    return np.zeros(aval.shape, aval.dtype)
+
+
+# --- refs crossing a region by closure ---------------------------------------------
+
+
+class Pinned(NamedTuple):
+    """The refs left out of a carry that crosses a region (`pin`): the carry, its
+    structure (None counted as a leaf) and each ref with its position."""
+
+    carry: Any
+    treedef: Any
+    refs: tuple[tuple[int, Any], ...]
+
+
+def _is_none(x: Any) -> bool:
+    return x is None
+
+
+def pin(carry: Any) -> tuple[Any, Pinned | None]:
+    """`carry` with each `jax.Ref` leaf replaced by None (what crosses a region as
+    its carry: JAX carries no ref through a loop), and the refs left out (None if
+    there are none: the carry crosses as it is)."""
+    leaves, treedef = jax.tree.flatten(carry, is_leaf=_is_none)
+    refs = tuple((i, x) for i, x in enumerate(leaves) if is_ref(x))
+    if not refs:
+        return carry, None
+    kept = [None if is_ref(x) else x for x in leaves]
+    return jax.tree.unflatten(treedef, kept), Pinned(carry, treedef, refs)
+
+
+def unpin(carry: Any, pinned: Pinned | None) -> Any:
+    """A carry `pin`ned to `pinned` with its refs put back (each body closes over
+    them; after the region, they are the refs that went in)."""
+    if pinned is None:
+        return carry
+    leaves = jax.tree.leaves(carry, is_leaf=_is_none)
+    if len(leaves) != pinned.treedef.num_leaves:  # a dict carry that gained entries
+        before = pinned.carry
+        if type(carry) is dict and type(before) is dict:
+            return {k: unpin(v, pin(before[k])[1]) if k in before else v for k, v in carry.items()}
+        return carry
+    for i, ref in pinned.refs:
+        leaves[i] = ref
+    return jax.tree.unflatten(pinned.treedef, leaves)

@@ -309,10 +309,18 @@ def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands
         wrapped = [make(i, b) for i, b in enumerate(branches)]
         # Under a vmap with a batched index every branch runs and the results are
         # selected per element, so every carry comes out batched, also one that all
-        # branches update the same way: compute those outside the selection.
+        # branches update the same way: compute those outside the selection. A
+        # traced index under a vmap may be batched later (by the vmap around the
+        # jit, checkpoint, scan or grad this cond is traced in), so it is done there
+        # too (an extra trace of each branch, only where a vmap is around).
         shared = (
             _same_in_every_branch(wrapped, region.carries, operands)
             if _trace.batched_here(index)
+            or (
+                _trace.is_tracer(index)
+                and jax.tree.leaves(region.carries)
+                and _trace.batching_around()
+            )
             else {}
         )
         if kind == "cond":

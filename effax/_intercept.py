@@ -162,7 +162,50 @@ class Interceptor(Handler[E_co]):
         """This interceptor, forwarding to `handler` wherever it is installed (not to
         the handler outside it): how ``effax.handle(fn, cell, interceptor)`` chains
         the handlers it is given."""
-        return type(self)(self.effect, self.operations, handler)
+        return type(self)._copy(self.effect, self.operations, self.parameters(), handler)
+
+    def parameters(self) -> tuple[tuple[str, Hashable], ...]:
+        """What a subclass keeps of its own (attributes set in its ``__init__``,
+        ``(name, value)`` sorted by name): static, as the operations are, so part of
+        a compiled call's cache key (another value traces again), and given back to
+        the copies made inside traced regions, which are made without calling
+        ``__init__``. Values that change from call to call belong in an effect."""
+        if type(self) is Interceptor:  # (what `effax.intercept` makes: nothing of its own)
+            return ()
+        mro = type(self).__mro__
+        names = [n for c in mro[: mro.index(Interceptor)] for n in _slots(c)]
+        own = dict(getattr(self, "__dict__", {}))
+        own.update((n, getattr(self, n)) for n in names if hasattr(self, n))
+        parameters = tuple(sorted(own.items()))
+        try:
+            hash(parameters)
+        except TypeError:
+            unhashable = [n for n, v in parameters if not _hashable(v)]
+            raise EffectTypeError(
+                f"{type(self).__name__}, a forwarding handler of {self.effect!r}, keeps "
+                f"{', '.join(repr(n) for n in unhashable)} as a parameter, but parameters "
+                "are static (part of a compiled call's cache key, as the operations are) "
+                "and must be hashable. Keep a tuple or a Python number there, or pass a "
+                "value that changes through an effect of its own (an effax.Ask or State)."
+            ) from None
+        return parameters
+
+    @classmethod
+    def _copy(
+        cls,
+        effect: Any,
+        operations: Operations,
+        parameters: tuple[tuple[str, Any], ...],
+        outer: Any,
+    ) -> Interceptor[Any]:
+        """An interceptor of this class over `outer`, made without ``__init__`` (a
+        subclass's takes arguments of its own): the operations, then the subclass's
+        parameters."""
+        self = cls.__new__(cls)
+        Interceptor.__init__(self, effect, operations, outer)
+        for name, value in parameters:
+            object.__setattr__(self, name, value)
+        return self
 
     def forwards_outward(self) -> bool:
         return self._outer is _NO_OUTER
@@ -224,6 +267,7 @@ class Interceptor(Handler[E_co]):
                 what = _Unreachable(why)
         static: Hashable = (
             self.operations,
+            self.parameters(),
             what,
             None if export.static is None else (type(export.static), export.static),
         )
@@ -231,12 +275,12 @@ class Interceptor(Handler[E_co]):
 
     @classmethod
     def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Interceptor[Any]:
-        operations, outer_cls, outer_static = static
+        operations, parameters, outer_cls, outer_static = static
         outer: Any = outer_cls if isinstance(outer_cls, _Unreachable) else None
         if isinstance(outer_cls, type) and issubclass(outer_cls, Handler):
             inner_static = None if outer_static is None else outer_static[1]
             outer = outer_cls.rebuild(effect, inner_static, const, carry)
-        return cls(effect, operations, outer)
+        return cls._copy(effect, operations, parameters, outer)
 
     def outcome(self, *, carry_required: bool) -> Outcome:
         outer = self._reached()
@@ -258,10 +302,6 @@ class Interceptor(Handler[E_co]):
         outer = self._reached()
         if outer is not None:
             outer.batch_absorb(outcome, policy)
-
-    def batch_changes(self) -> bool:
-        outer = self._reached()
-        return outer is not None and outer.batch_changes()
 
     # effax.cond's and effax.grad's hooks: those of the handler it forwards to, whose
     # outcome its own is. (`align_branch` is asked inside a branch's trace, where
@@ -309,6 +349,20 @@ class Interceptor(Handler[E_co]):
 
     def snapshot(self) -> PyTree:
         return None  # nothing of its own: the handler it forwards to is snapshotted
+
+
+def _slots(cls: type) -> tuple[str, ...]:
+    slots = cls.__dict__.get("__slots__", ())
+    slots = (slots,) if isinstance(slots, str) else slots
+    return tuple(s for s in slots if s not in ("__dict__", "__weakref__"))
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 # Typed per kind of effect, so that the checkers know each function's arguments

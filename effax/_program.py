@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import jax
 
 from . import _context, _trace, _warmpath
+from ._boundary import check_no_ref_out, placeholder, zeros_like
 from ._effect import Effect, declared_row
 from ._environment import Environment, Exports, Resolved, export_of, plan_of
 from ._inside import outcomes_of, passed_through, run_inside
@@ -354,6 +355,8 @@ class Function:
                     o._replace(carry=None) if passed_through(c, o.carry) else o
                     for (_, c), o in zip(dynamic, outcomes, strict=True)
                 ]
+            for slot, o in zip(plan.slots, outcomes, strict=True):
+                check_no_ref_out(slot.effect, o.carry)  # JAX returns no ref
             outcomes = program.keep_placements(outcomes)
             looked = [key[0] for key in program.environment if key[0] in used]
             looked += [e for e in used if e not in program.keyed]
@@ -412,7 +415,7 @@ class Function:
         owner = wide.plan.leaf_owners(wide_exports)
         in_avals = list(jaxpr.in_avals)
         dummies = {
-            i: _trace.zeros_like(in_avals[i])
+            i: zeros_like(in_avals[i])
             for i, u in enumerate(used[: len(owner)])
             if u and owner[i] not in chosen
         }
@@ -462,7 +465,7 @@ def _standins(program: Program, exports: Exports) -> list[Handler[Any]]:
         # Zeros for tracers: a stand-in must not close over another trace (a
         # cached inner trace would keep it), and its values are never used (a
         # lookup drops this trace).
-        const, carry = jax.tree.map(_trace.placeholder, (export.const, export.carry))
+        const, carry = jax.tree.map(placeholder, (export.const, export.carry))
         standins.append(type(handler).rebuild(effect, export.static, const, carry))
     return standins
 

@@ -288,13 +288,6 @@ class Handler(abc.ABC, Generic[E]):
         handler it forwards to). By default, `forwards`."""
         return self.forwards
 
-    def batch_changes(self) -> bool:
-        """Whether a batched region changes this handler even where its body does
-        not perform the effect (a key stream split per element draws the key it
-        splits): then the region counts as performing it. By default, whether the
-        class overrides `batch_absorb`."""
-        return type(self).overrides("batch_absorb")
-
     def stacks_in_program_order(self) -> bool:
         """Whether a loop that runs its steps in reverse (``effax.scan(...,
         reverse=True)``) gives this handler its per-step values in the order the

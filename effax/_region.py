@@ -7,6 +7,11 @@ boundary through one `Region`: it picks the handlers to plumb (`_visible`; a
 declared row narrows them), exports them, hides those that cannot enter
 (`_boundary`), rebuilds them inside each body (`_inside`) and writes what the
 bodies sent out back into the handlers around the call (`_writeback`).
+
+A `jax.Ref` a handler holds crosses by closure (JAX lets a body close over a ref,
+not carry one): its consts are closed over anyway, and its carries are `pin`ned.
+A write that JAX refuses (into a closed-over ref under vmap, of a differentiated
+value under grad) raises `EffectUsageError` naming the handlers holding refs.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from typing import Any, TypeVar
 import jax
 
 from . import _context
-from ._boundary import Uncompilable, strong, unplumbable
+from ._boundary import Uncompilable, is_ref, pin, ref_refusal, strong, unpin, unplumbable
 from ._context import Entry
 from ._effect import Effect, declared_row
+from ._errors import EffectUsageError
 from ._inside import outcomes_of, passed_through, run_inside
 from ._plan import Plan
 from ._protocol import BatchPolicy, Export, Handler, Outcome
@@ -40,8 +46,10 @@ class Region:
         policy: BatchPolicy | None = None,
         *,
         name: str,
+        refs: bool = True,
     ) -> None:
-        """`name` is the wrapper's, for messages (e.g. ``"effax.scan"``)."""
+        """`name` is the wrapper's, for messages (e.g. ``"effax.scan"``); without
+        `refs`, a handler holding a `jax.Ref` cannot enter (JAX's shard_map)."""
         self.name = name
         self.stack = _context.current_stack()
         fns = [fn] if callable(fn) else list(fn)
@@ -65,7 +73,7 @@ class Region:
         exports: list[Export] = []
         self.carry_axes: list[int | None] = []
         for handler, (export, axis) in zip(handlers, exports_axes, strict=True):
-            why = unplumbable(handler.effect, export, name, keyed=False)
+            why = unplumbable(handler.effect, export, name, keyed=False, refs=refs)
             if why is None:
                 self.handlers.append(handler)
                 exports.append(export)
@@ -74,18 +82,21 @@ class Region:
                 self.blocked[handler.effect] = (handler, Uncompilable(why))
         self.plan = Plan.of(self.handlers, exports)
         self.consts = [e.const for e in exports]
-        self.carries = [strong(e.carry) for e in exports]
+        # refs cross by closure: each carry crosses without them (`pin`)
+        pinned = [pin(strong(e.carry)) for e in exports]
+        self.carries = [carry for carry, _ in pinned]
+        self.pins = [p for _, p in pinned]
+        self.ref_effects = [
+            h.effect
+            for h, e in zip(self.handlers, exports, strict=True)
+            if any(is_ref(leaf) for leaf in jax.tree.leaves((e.const, e.carry)))
+        ]
         self.used: set[Effect[Any]] = set()
         self.statics: list[Any] = [None] * len(self.handlers)
         # Per handler: whether every body run so far passed its carry through
         # unchanged (then the handler keeps its value: a read-only state stays the
         # value it was, not a loop output or a per-element selection of it).
         self.unchanged = [True] * len(self.handlers)
-        if policy is not None:
-            # A handler that absorbs a batched region its own way (a key stream
-            # draws the key it splits) is changed by the region whether or not the
-            # body performs it: the region performs it.
-            self.used.update(h.effect for h in self.handlers if h.batch_changes())
 
     def run(
         self,
@@ -101,23 +112,55 @@ class Region:
         """Inside a body: rebuild the handlers from `carries`, run `fn(*args)`
         (calling `before` with the rebuilt handlers first, if given)."""
         consts = self.consts if consts is None else consts
-        dynamic = list(zip(consts, carries, strict=True))
-        out, inner = run_inside(
-            self.plan,
-            dynamic,
-            fn,
-            args,
-            kwargs or {},
-            track=self.used,
-            blocked=self.blocked,
-            before=before,
-        )
+        unpinned = [unpin(c, p) for c, p in zip(carries, self.pins, strict=True)]
+        dynamic = list(zip(consts, unpinned, strict=True))
+        try:
+            out, inner = run_inside(
+                self.plan,
+                dynamic,
+                fn,
+                args,
+                kwargs or {},
+                track=self.used,
+                blocked=self.blocked,
+                before=before,
+            )
+        except Exception as error:
+            refused = ref_refusal(error) if self.ref_effects else None
+            if refused is None:
+                raise
+            raise self._ref_error(refused) from error
         outcomes = outcomes_of(
             self.plan, dynamic, inner, carry_required=carry_required, where=self.name
         )
+        outcomes = [
+            o if p is None else o._replace(carry=pin(o.carry)[0])
+            for o, p in zip(outcomes, self.pins, strict=True)
+        ]
         for i, (carry, outcome) in enumerate(zip(carries, outcomes, strict=True)):
             self.unchanged[i] = self.unchanged[i] and passed_through(carry, outcome.carry)
         return out, outcomes
+
+    def _ref_error(self, refused: str) -> EffectUsageError:
+        """The error of a write into a closed-over ref that JAX refused under
+        `refused` ("vmap" or "grad")."""
+        held = ", ".join(repr(e) for e in self.ref_effects)
+        if refused == "vmap":
+            return EffectUsageError(
+                f"A write into a jax.Ref held by {held} inside {self.name} was refused by "
+                f"JAX: the ref crosses {self.name} by closure, one ref for the whole "
+                "batch, and a vmapped function may read such a ref but not write it "
+                "(each element would write its own value). Read the ref inside "
+                f"{self.name} and write into it outside (from what the function "
+                "returns), or keep per-element values in a State (state='batched')."
+            )
+        return EffectUsageError(
+            f"A differentiated value was written into a jax.Ref held by {held} inside "
+            f"{self.name}: JAX cannot differentiate through a write into a ref that the "
+            "differentiated function does not take as an argument. Write "
+            "`jax.lax.stop_gradient(value)` instead, or keep the value in a State, "
+            f"which {self.name} carries through."
+        )
 
     def split(self, outcomes: Sequence[Outcome]) -> tuple[list[Any], list[Any]]:
         """Inside a body: keep the outcomes' static parts (known at trace time), and
@@ -138,10 +181,22 @@ class Region:
         statics = self.statics if statics is None else statics
         if steps == 0:  # a loop that ran no step emitted nothing, as a Python loop
             values = [None] * len(values)
-        carries = [None if u else c for u, c in zip(self.unchanged, carries, strict=True)]
+        carries = [
+            None if u else unpin(c, p)
+            for u, c, p in zip(self.unchanged, carries, self.pins, strict=True)
+        ]
         outcomes = [Outcome(*o) for o in zip(statics, carries, values, strict=True)]
         _context.mark_used(self.stack, self.used)
-        absorb_all(self.stack, self.handlers, outcomes, steps=steps, policy=self.policy)
+        handlers = self.handlers
+        if self.policy is not None:
+            # A batched region absorbs into a handler its own way (a key stream split
+            # per element draws the key it splits), but only into one the bodies
+            # performed: one they never reached stays as it was, as it would with no
+            # region, so what a region does never depends on unrelated handlers
+            # installed around it (a compiled program is keyed on its lookups only).
+            kept = [i for i, h in enumerate(handlers) if h.effect in self.used]
+            handlers, outcomes = [handlers[i] for i in kept], [outcomes[i] for i in kept]
+        absorb_all(self.stack, handlers, outcomes, steps=steps, policy=self.policy)
 
     def effect_with_values(self, values: Sequence[Any]) -> Effect[Any] | None:
         for effect, value in zip(self.plan.effects, values, strict=True):

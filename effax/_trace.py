@@ -24,7 +24,6 @@ from typing import Any, Final, Literal, TypeVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax._src import config as _config, core as _core, traceback_util as _traceback_util
 from jax._src.interpreters import ad as _ad, batching as _batching, partial_eval as _pe
 from jax._src.lax import lax as _lax
@@ -37,6 +36,7 @@ __all__ = [
     "Trace",
     "TraceRef",
     "batched_here",
+    "batching_around",
     "current_trace_ref",
     "custom_rule_traced",
     "evaluating",
@@ -46,7 +46,6 @@ __all__ = [
     "is_tracer",
     "is_weakly_typed",
     "output_program",
-    "placeholder",
     "process_count",
     "prune",
     "reachability",
@@ -56,7 +55,6 @@ __all__ = [
     "under",
     "varying_axes",
     "weakly_typed",
-    "zeros_like",
 ]
 
 SUPPORTED_JAX: Final = "0.10.x to 0.12.x"
@@ -157,6 +155,13 @@ def _lineage() -> Iterator[Trace]:
             continue
         yield trace
         trace = getattr(trace, "parent_trace", None)
+
+
+def batching_around() -> bool:
+    """Whether a batching trace (``jax.vmap``) is the current trace or one of its
+    ancestors: a value traced now may be batched once that vmap batches the
+    jaxpr being traced."""
+    return any(isinstance(trace, _Batching) for trace in _lineage())
 
 
 def transformed_between(set_ref: TraceRef, kind: Literal["batching", "differentiating"]) -> bool:
@@ -369,23 +374,6 @@ def under(ref: TraceRef) -> Iterator[None]:
         return
     with _core.set_current_trace(trace):  # type: ignore[no-untyped-call]
         yield
-
-
-def placeholder(value: Any) -> Any:
-    """`value`, or zeros of its type if it is a tracer (closing over no trace)."""
-    if not isinstance(value, _Tracer):
-        return value
-    return zeros_like(value.aval)
-
-
-def zeros_like(aval: Any) -> Any:
-    """Zeros of an abstract value's type (a key array of zero key data for a key
-    type): a concrete stand-in for a value nothing reads."""
-    if jnp.issubdtype(aval.dtype, jax.dtypes.extended):
-        impl = aval.dtype._impl
-        data = jnp.zeros((*aval.shape, *impl.key_shape), jnp.uint32)
-        return jax.random.wrap_key_data(data, impl=impl)
-    return np.zeros(aval.shape, aval.dtype)
 
 
 def evaluating() -> bool:

@@ -259,7 +259,8 @@ def delegate(handler: Handler[Any], static: Hashable = None) -> tuple[Handler[An
     `Handler.forwarded_to` (an interceptor), the handler it forwards to (under one
     stack, the same one every call)."""
     while (inner := handler.forwarded_to()) is not None:
-        wrapped = static[2] if isinstance(static, tuple) else None
+        # (an interceptor's static export ends with its target's: `Interceptor._wrap`)
+        wrapped = static[-1] if isinstance(static, tuple) else None
         handler, static = inner, None if wrapped is None else wrapped[1]
     return handler, static
 

@@ -618,6 +618,89 @@ def test_a_subclass_of_interceptor_forwards_across_regions(wrapper):
     assert_bitwise_equal(ours.total, theirs.total)
 
 
+class Capped(fx.Interceptor):
+    """A forwarding handler with a parameter of its own, set in its own __init__
+    (whose signature is not Interceptor's)."""
+
+    def __init__(self, effect, cap):
+        super().__init__(effect, ())
+        self.cap = cap
+
+    def add(self, amount):
+        self.outer().add(jnp.minimum(amount, self.cap))
+
+
+class SlottedCapped(Capped):
+    """The same with its parameters in __slots__ (and one more)."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, effect, cap, offset):
+        super().__init__(effect, cap)
+        self.offset = offset
+
+    def add(self, amount):
+        self.outer().add(jnp.minimum(amount, self.cap) + self.offset)
+
+
+@pytest.mark.parametrize(
+    "wrapper", ["eager", "jit", "jit of jit", "scan", "while_loop", "cond", "vmap", "grad"]
+)
+def test_a_subclass_with_its_own_init_and_parameters_crosses_every_region(wrapper):
+    # (issue 39, item 6: rebuilt inside a region, it was called with effax's
+    # arguments: "__init__() takes 3 positional arguments but 4 were given")
+    def f(x):
+        meter.add(x)
+        return x
+
+    wrappers = {
+        **WRAPPERS,  # the Gauge takes one value: the vmap's update does not depend on the batch
+        "vmap": lambda body: lambda x: jnp.sum(fx.vmap(lambda y: body(x) * y)(jnp.ones(2))),
+    }
+    wrapped = wrappers[wrapper](f)
+    for cap, offset in [(1.0, 0.0), (0.25, 0.0), (1.0, 0.5), (1.0, 0.0)]:
+        handler = Capped(meter, cap) if offset == 0.0 else SlottedCapped(meter, cap, offset)
+        with Gauge(meter) as ours, handler:
+            wrapped(F32(1.5))
+        # the same program written out by hand: its parameters are static
+        mine = wrappers[wrapper](lambda x, c=cap, o=offset: f(jnp.minimum(x, c) + o))
+        with Gauge(meter) as theirs:
+            mine(F32(1.5))
+        assert_bitwise_equal(ours.total, theirs.total)
+
+
+def test_a_subclass_parameter_is_static_another_value_traces_again():
+    traces = []
+
+    def f(x):
+        traces.append(None)
+        meter.add(x)
+        return x
+
+    compiled = fx.jit(f)
+    totals = []
+    for cap in (1.0, 1.0, 0.5, 1.0):
+        with Gauge(meter) as gauge, Capped(meter, cap):
+            compiled(F32(2))
+        totals.append(float(gauge.total))
+    assert totals == [1.0, 1.0, 0.5, 1.0]
+    assert len(traces) == 2  # one per parameter value
+
+
+def test_a_subclass_parameter_that_is_not_hashable_is_refused_by_name_when_compiled():
+    def f(x):
+        meter.add(x)
+        return x
+
+    with Gauge(meter) as gauge, Capped(meter, jnp.float32(1)):
+        f(F32(2))  # eagerly nothing is static
+        with pytest.raises(
+            fx.EffectTypeError, match=r"Capped.*keeps 'cap' as a parameter.*hashable"
+        ):
+            fx.jit(f)(F32(2))
+    assert float(gauge.total) == 1.0  # the refused call wrote nothing
+
+
 # --- interceptors among effax.handle's own handlers ------------------------------------
 
 

@@ -15,7 +15,8 @@ some input shapes.
 
 Each program is compiled once with `effax.jit` (over the effax wrappers) and run
 in a generated sequence of environments, each time against plain Python (loops,
-if/else, a loop over the batch with split keys) under the same handlers.
+if/else, a loop over the batch with split keys, a stream split only where the
+batched body draws from it) under the same handlers.
 Outputs, final states, emitted values, key counters and the next key drawn must
 agree (keys bit for bit), in every environment.
 
@@ -278,10 +279,25 @@ def installed(effect):
     return True
 
 
+def draws_key(ops, width):
+    """Whether running `ops` may draw from K: a `key` op anywhere in them (both
+    branches of a cond: a traced region sees both), at this input width."""
+    for op in ops:
+        if op[0] == "key":
+            return True
+        if op[0] == "wide_only" and width != 2:
+            continue
+        if any(isinstance(part, list) and draws_key(part, width) for part in op[1:]):
+            return True
+    return False
+
+
 def run_vmap(body, acc, compiled, width):
     xs = acc + jnp.arange(3.0)
     if compiled:
         return jnp.sum(fx.vmap(lambda x: run(body, x, compiled, width))(xs))
+    if not draws_key(body, width):  # a stream the body never draws from is not split
+        return jnp.sum(jnp.stack([run(body, x, compiled, width) for x in xs]))
     # keys="split": one key from the stream itself (not through its interceptors);
     # element b draws from fold_in(key, b), through the same interceptors.
     stream, interceptors = K.handler(), []
