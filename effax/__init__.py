@@ -1,7 +1,5 @@
 """effax: algebraic effect handlers for JAX."""
 
-import importlib.metadata
-
 from . import random as random
 from ._ask import Ask as Ask, Provider as Provider
 from ._context import JitAwareContextVar as JitAwareContextVar
@@ -124,7 +122,6 @@ __all__ = [
     "__version__",
 ]
 
-try:
-    __version__ = importlib.metadata.version("effax")
-except importlib.metadata.PackageNotFoundError:  # pragma: no cover - not installed
-    __version__ = "0.0.0"
+# The release (semantic versioning; CHANGELOG.md has a section per release). The build
+# reads it from here (pyproject.toml's [tool.hatch.version]): it is the wheel's version.
+__version__ = "0.3.0"

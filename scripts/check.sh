@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Every check effax has, on the JAX lines it supports, from a fresh clone:
 #   ruff (lint + format), mypy --strict over effax/, pyright over what users write
-#   (the examples, tests/types/, the docs' code cells), the test suite (docstring
-#   examples included) on the default python3 (jax 0.10.x on 3.11) and on a
-#   Python 3.12 (jax 0.12.x); the core transparency suite (CORE_SUITE below) on
-#   Python 3.12 with jax 0.11.x; then the documentation site (docs/), every page
-#   executed, warnings as errors. Each environment's jax and jaxlib are pinned
-#   (JAX_* below), so every run tests the same versions.
+#   (the examples, tests/types/, the docs' code cells); the wheel, installed into a
+#   fresh environment and smoke-tested outside the checkout (scripts/wheel_smoke.sh);
+#   the test suite (docstring examples included) on the default python3 (jax 0.10.x
+#   on 3.11) and on a Python 3.12 (jax 0.12.x); the core transparency suite
+#   (CORE_SUITE below) on Python 3.12 with jax 0.11.x; then the documentation site
+#   (docs/), every page executed, warnings as errors. Each environment's jax and
+#   jaxlib are pinned (JAX_* below), so every run tests the same versions.
 # Environments are created under .venvs/ on first use and reused afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +78,9 @@ for env in .venvs/default .venvs/py312; do
   "$env/bin/pyright" --pythonpath "$env/bin/python"
   "$env/bin/python" scripts/pyright_docs.py
 done
+
+# the wheel a user installs, in a fresh environment without the checkout (about 30 s)
+bash scripts/wheel_smoke.sh "$JAX_DEFAULT"
 
 # 500 generated programs per generator on the default JAX, 100 on each of the others
 run_suite default ci
