@@ -460,7 +460,7 @@ def shard_map(
     @_trace.api_boundary
     @ft.wraps(f)
     def sharded(*args: Any) -> Any:
-        region = Region(f, policy, name="effax.shard_map")
+        region = Region(f, policy, name="effax.shard_map", refs=False)
 
         def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
             def spec(axis: int | None, tree: Any) -> Any:
