@@ -215,11 +215,14 @@ class KeyStream(Handler[RandomKey]):
         return KeyState(self.base_key, self.counter)
 
     def next_key(self) -> jax.Array:
-        counter = self.counter
-        if isinstance(counter, int) and counter >= _INT32_END:
-            counter = _checked(self.effect, counter)
-        key = _threefry.fold_in(self.base_key, counter)
-        self.offset += 1
+        offset = self.offset
+        if self.dynamic is None:
+            if offset >= _INT32_END:
+                offset = _checked(self.effect, offset)
+            key = _threefry.fold_in(self.base_key, offset)
+        else:  # `dynamic + offset`, added inside the fold_in (one equation a draw)
+            key = _threefry.fold_in(self.base_key, self.dynamic, offset)
+        self.offset = offset + 1
         return key
 
     @classmethod
