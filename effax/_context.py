@@ -289,13 +289,22 @@ def installed_at(effect: Effect[Any], handler: Handler[Any]) -> Any:
 class Tracked:
     """Marks a handler rebuilt inside a traced region: a lookup of its effect is
     recorded in `used` (what the region's trace depended on), then goes on as if
-    the handler were installed at the trace `ref`."""
+    the handler were installed at the trace `ref`. A region that tells performing
+    from plumbing apart (a batched region splits only the key streams its body
+    performs) gives `plumbed` too: a lookup made only to plumb the handler into a
+    region further in (an interceptor forwarding to it) is recorded there."""
 
-    __slots__ = ("ref", "used")
+    __slots__ = ("plumbed", "ref", "used")
 
-    def __init__(self, ref: _trace.TraceRef, used: set[Effect[Any]]) -> None:
+    def __init__(
+        self,
+        ref: _trace.TraceRef,
+        used: set[Effect[Any]],
+        plumbed: set[Effect[Any]] | None = None,
+    ) -> None:
         self.ref = ref
         self.used = used
+        self.plumbed = used if plumbed is None else plumbed
 
 
 class Blocked(abc.ABC):
@@ -330,13 +339,18 @@ def home_trace(ref: Any) -> Any:
 
 
 def obstacle(
-    effect: Effect[Any], entry: Entry, *, track: bool = True, through: int = 0
+    effect: Effect[Any],
+    entry: Entry,
+    *,
+    track: bool | Literal["plumbing"] = True,
+    through: int = 0,
 ) -> Obstacle | None:
     """Why the handler of `entry` (the stack entry of `effect`) cannot be used at
     the current trace, or None if it can.
 
     With `track`, a `Tracked` entry records that `effect` was used (what the
-    region that rebuilt it depends on). `through` staging traces between the
+    region that rebuilt it depends on); with ``"plumbing"``, that it was looked up
+    to be plumbed further in (`Tracked.plumbed`). `through` staging traces between the
     handler's trace and here are allowed (a compiled call's own, for lookups made
     inside its trace on behalf of its caller).
     """
@@ -348,7 +362,7 @@ def obstacle(
         return ref
     if type(ref) is Tracked:
         if track:
-            ref.used.add(effect)
+            (ref.plumbed if track == "plumbing" else ref.used).add(effect)
         ref = ref.ref
         if ref is trace:
             return None
@@ -360,10 +374,11 @@ def obstacle(
     return "staged" if stagings > through else None
 
 
-def mark_used(stack: Stack, effects: Any) -> None:
+def mark_used(stack: Stack, effects: Any, *, plumbing: bool = False) -> None:
     """Tell the traced regions that rebuilt these effects' handlers in `stack` that
-    the effects were performed (their traces depend on them)."""
+    the effects were performed (their traces depend on them), or, with `plumbing`,
+    only plumbed further in."""
     for effect in effects:
         entry = stack.get(effect)
         if entry is not None and type(entry[1]) is Tracked:
-            entry[1].used.add(effect)
+            (entry[1].plumbed if plumbing else entry[1].used).add(effect)

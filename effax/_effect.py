@@ -14,7 +14,7 @@ import keyword
 import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NoReturn, TypeVar
 
 import jax
 
@@ -176,16 +176,19 @@ class Effect(Generic[H]):
         return outer  # type: ignore[return-value]
 
     def shadowed(
-        self, handler: Handler[Any]
+        self, handler: Handler[Any], *, track: bool | Literal["plumbing"] = True
     ) -> tuple[Handler[Any] | None, _context.Obstacle | None]:
         """`outer_of` without raising: the handler `handler` shadows (None if there
-        is none), and why it cannot be used here (None if it can)."""
+        is none), and why it cannot be used here (None if it can). `track` as
+        `_context.obstacle` takes it: plumbing a forwarding handler across a region
+        is ``"plumbing"`` (a region around needs the handler, but its body did
+        not perform the effect)."""
         entry = _outer_entry(self, handler)
         if entry is None:
             return None, None
         if entry[1] is _trace.current_trace_ref():
             return entry[0], None
-        return entry[0], _context.obstacle(self, entry)
+        return entry[0], _context.obstacle(self, entry, track=track)
 
     def check_store(self, handler: Handler[Any], value: Any, operation: str | None = None) -> None:
         """Refuse `value`, about to be stored in `handler` (a handler of this

@@ -36,6 +36,7 @@ def run_inside(
     kwargs: dict[str, Any],
     *,
     track: set[Effect[Any]] | None = None,
+    plumbed: set[Effect[Any]] | None = None,
     standins: Sequence[Handler[Any]] = (),
     recorder: set[Effect[Any]] | None = None,
     blocked: Mapping[Effect[Any], Entry] | None = None,
@@ -46,13 +47,20 @@ def run_inside(
     Returns `fn`'s result and the inner handlers. With `track`, the inner handlers
     (and the `standins`: handlers visible outside but not plumbed, rebuilt from
     their current values so that performing them changes nothing outside) record
-    into it which of them were performed; with `recorder`, lookups that find no
+    into it which of them were performed (and into `plumbed`, if given, which were
+    only looked up to be plumbed further in); with `recorder`, lookups that find no
     usable handler are recorded there; `before`, if given, is called with the
     inner handlers before `fn` (`effax.grad` prepares the handlers that take part
     in differentiation).
     """
     token, inner = enter_inside(
-        plan, dynamic, track=track, standins=standins, recorder=recorder, blocked=blocked
+        plan,
+        dynamic,
+        track=track,
+        plumbed=plumbed,
+        standins=standins,
+        recorder=recorder,
+        blocked=blocked,
     )
     try:
         if before is not None:
@@ -68,6 +76,7 @@ def enter_inside(
     dynamic: Sequence[tuple[Any, Any]],
     *,
     track: set[Effect[Any]] | None = None,
+    plumbed: set[Effect[Any]] | None = None,
     standins: Sequence[Handler[Any]] = (),
     recorder: set[Effect[Any]] | None = None,
     blocked: Mapping[Effect[Any], Entry] | None = None,
@@ -77,7 +86,9 @@ def enter_inside(
     that `_context.pop` takes to remove them, and the inner handlers."""
     inner = plan.rebuild(dynamic)
     ref = (
-        _trace.current_trace_ref() if track is None else Tracked(_trace.current_trace_ref(), track)
+        _trace.current_trace_ref()
+        if track is None
+        else Tracked(_trace.current_trace_ref(), track, plumbed)
     )
     entries = dict(blocked or {})
     entries.update({handler.effect: (handler, ref) for handler in (*standins, *inner)})

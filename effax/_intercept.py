@@ -216,7 +216,7 @@ class Interceptor(Handler[E_co]):
         # through a raw jax.vmap either
         outer = self._outer
         if outer is _NO_OUTER:
-            outer = self.effect.shadowed(self)[0]
+            outer = self.effect.shadowed(self, track="plumbing")[0]
         return isinstance(outer, Handler) and outer.batch_distinct
 
     def __getattr__(self, name: str) -> Any:
@@ -246,7 +246,7 @@ class Interceptor(Handler[E_co]):
         """The handler it forwards to, if there is one it can reach from here."""
         outer = self._outer
         if outer is _NO_OUTER:
-            outer, why = self.effect.shadowed(self)
+            outer, why = self.effect.shadowed(self, track="plumbing")
             return outer if why is None else None
         return outer if isinstance(outer, Handler) else None
 
@@ -262,7 +262,7 @@ class Interceptor(Handler[E_co]):
         `outer` is and exports (rebuilt with it inside)."""
         what: Any = None if outer is None else type(outer)
         if outer is None and self._outer is _NO_OUTER:
-            why = self.effect.shadowed(self)[1]
+            why = self.effect.shadowed(self, track="plumbing")[1]
             if why is not None:  # a handler outside it that cannot be reached here
                 what = _Unreachable(why)
         static: Hashable = (
@@ -309,7 +309,7 @@ class Interceptor(Handler[E_co]):
     def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
         outer = self._outer
         if outer is _NO_OUTER:
-            outer = self.effect.shadowed(self)[0]
+            outer = self.effect.shadowed(self, track="plumbing")[0]
         if not isinstance(outer, Handler):
             return outcome
         return outer.align_branch(outcome, statics)

@@ -91,7 +91,11 @@ class Region:
             for h, e in zip(self.handlers, exports, strict=True)
             if any(is_ref(leaf) for leaf in jax.tree.leaves((e.const, e.carry)))
         ]
+        # The effects the bodies performed, and those they only looked up to plumb
+        # into a region further in (an interceptor's target): both are what the
+        # traces depend on; a batched region splits only streams performed.
         self.used: set[Effect[Any]] = set()
+        self.plumbed: set[Effect[Any]] = set()
         self.statics: list[Any] = [None] * len(self.handlers)
         # Per handler: whether every body run so far passed its carry through
         # unchanged (then the handler keeps its value: a read-only state stays the
@@ -122,6 +126,7 @@ class Region:
                 args,
                 kwargs or {},
                 track=self.used,
+                plumbed=self.plumbed,
                 blocked=self.blocked,
                 before=before,
             )
@@ -187,6 +192,7 @@ class Region:
         ]
         outcomes = [Outcome(*o) for o in zip(statics, carries, values, strict=True)]
         _context.mark_used(self.stack, self.used)
+        _context.mark_used(self.stack, self.plumbed - self.used, plumbing=True)
         handlers = self.handlers
         if self.policy is not None:
             # A batched region absorbs into a handler its own way (a key stream split

@@ -41,8 +41,9 @@ values (`hs[E]`), `hs[T]`, the entries `hs[D]` and `hs[S3]` are compared with
 `reference`, an interpreter of the same program description that
 never calls effax: Python loops, `if` and `while`; vmap as a Python loop over
 the elements with the documented key policy (keys="split": the stream draws one
-key `Kb = fold_in(base, counter)` — also when the body draws none, as effax and
-tests/test_properties.py do — and element b uses a stream seeded with
+key `Kb = fold_in(base, counter)` where the body draws from it anywhere (any
+branch, any loop body), as effax and tests/test_properties.py do — and element b
+uses a stream seeded with
 `fold_in(Kb, b)`; keys="shared": every element draws the keys of the unbatched
 program); keys computed by the reference itself as `fold_in(base_key, counter)`;
 emits of a loop or a vmap stacked per site along a new leading axis; the
@@ -68,8 +69,8 @@ true, and `hs[T]` counts the taps of each site (a vmap's tap once); under
 `gradients`, the taps of an `fx.grad` body return `value + eps_k` and the gradient
 of the body's result with respect to each `eps_k` is recorded (taps outside any
 grad pass through). `D`'s entries are created by the first `get`, with its init,
-and carried like a state; `K2` advances by one at each `vmap(keys="split")` (every
-installed stream draws its split key, as K does when the body draws none).
+and carried like a state; `K2` never advances (no body draws from it, so no
+`vmap(keys="split")` splits it).
 
 Semantics chosen where a combination is documented as an error (docs/howto/
 control-flow.md, emit.md, vmap.md, docs/errors.md) — the generator avoids it:
@@ -277,6 +278,15 @@ def emit_signature(ops):
     return out
 
 
+def may_draw(ops):
+    """Whether `ops` perform the key stream anywhere (in any branch or loop body,
+    however many steps: a traced region sees them all)."""
+    return any(
+        op[0] in ("uniform", "bits_state", "bits_emit") or any(map(may_draw, bodies_of(op)))
+        for op in ops
+    )
+
+
 def draws(ops):
     """How many keys `ops` draw, or None where it is not known statically."""
     total = 0
@@ -294,7 +304,7 @@ def draws(ops):
             counts = {draws(b) for b in bodies_of(op)}
             n = counts.pop() if len(counts) == 1 else None
         elif kind == "vmap":
-            n = 1 if op[1] == "split" else draws(op[3])
+            n = int(may_draw(op[3])) if op[1] == "split" else draws(op[3])
         elif kind in ("jit", "checkpoint", "grad", "value_and_grad"):
             n = draws(op[1])
         elif kind in ("intercept", "scaled"):
@@ -726,8 +736,8 @@ class Env:
     eps: dict | None = None  # gradients: the perturbations of the innermost grad
     d: dict = dataclasses.field(default_factory=dict)  # the StateDict's entries
     confined: bool = False  # in a loop body or a branch
-    # run 2: the counter of the stream K2 the program never draws from; a
-    # vmap(keys="split") splits every stream installed, so it draws one key of K2 too
+    # run 2: the counter of the stream K2 the program never draws from (no vmap
+    # splits it: a batched region splits only the streams its body draws from)
     k2: int | None = None
 
     def copy(self, **changes):
@@ -999,9 +1009,8 @@ def reference_step(op, acc, x0, env):
     if kind == "vmap":
         keys, size, body = op[1], op[2], op[3]
         xs = acc + 0.5 * jnp.arange(size, dtype=F32)
-        split = env.draw(raw=True) if keys == "split" else None
-        if split is not None and env.k2 is not None:
-            env.k2 += 1
+        # a stream the body never draws from is not split (K2 never is)
+        split = env.draw(raw=True) if keys == "split" and may_draw(body) else None
         elements = []
         ys = []
         for b in range(size):
