@@ -286,7 +286,7 @@ def test_own_cells_count_while_compiled_once():
         assert float(counter()) == 8
     assert len(traces) == 1
     # but not any trace: under a raw jit its cell would become a stale constant
-    with pytest.raises(fx.EffectLeakError, match="created outside the jax.jit"):
+    with pytest.raises(fx.EffectLeakError, match=r"created outside the jax\.jit"):
         jax.jit(counter)()
     assert float(counter()) == 9
 
