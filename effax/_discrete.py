@@ -127,9 +127,10 @@ def _signature(
     config = jax.config
     parts: list[Hashable] = [
         sampler,
-        config.jax_enable_x64,  # type: ignore[attr-defined]
-        config.jax_numpy_rank_promotion,  # type: ignore[attr-defined]
-        config.jax_numpy_dtype_promotion,  # type: ignore[attr-defined]
+        # (read by name: one JAX line declares these attributes, another does not)
+        getattr(config, "jax_enable_x64"),  # noqa: B009
+        getattr(config, "jax_numpy_rank_promotion"),  # noqa: B009
+        getattr(config, "jax_numpy_dtype_promotion"),  # noqa: B009
     ]
     for name, value in arguments.items():
         part = _abstract(value, name in by_value)
