@@ -95,3 +95,25 @@ class Tally(fx.Handler[Counter]):
 
 
 events = Counter("events")
+
+
+# A user-defined effect whose handler exports its value as static (part of the
+# cache key): an unhashable value is refused by name when compiled.
+class Mode(fx.Effect["ModeHandler"]):
+    def get(self):
+        return self.handler().config
+
+
+@attrs.define(eq=False)
+class ModeHandler(fx.Handler[Mode]):
+    effect: Mode
+    config: object
+    fields = fx.Fields(static="config")
+
+    @property
+    def value(self):
+        return self.config
+
+    @classmethod
+    def rebuild(cls, effect, static, const, carry):
+        return cls(effect, static)

@@ -907,14 +907,7 @@ def reference_step(op, acc, x0, env):
     if kind == "dset":
         env.dict_set(op[1], 0.5 * env.dict_get(op[1], None) + op[2])
         return acc
-    if kind == "scaled":
-        outer = env.levels
-        env.levels = (*outer, op[1])
-        try:
-            return reference(op[2], acc, x0, env)
-        finally:
-            env.levels = outer
-    if kind == "intercept":
+    if kind in ("scaled", "intercept"):
         outer = env.levels
         env.levels = (*outer, op[1])
         try:

@@ -17,7 +17,6 @@ import pickle
 import threading
 import traceback
 
-import attrs
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,7 +24,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import effax as fx
-from tests.helpers import assert_bitwise_equal, assert_transparent
+from tests.helpers import Mode, ModeHandler, assert_bitwise_equal, assert_transparent
 
 # Module-level effects, as effax asks (docs/concepts.md) (they pickle by reference to these names).
 total = fx.State[jnp.ndarray]("total")
@@ -673,26 +672,6 @@ def test_a_per_device_write_of_a_shared_state_under_shard_map_is_named():
                 step, mesh=mesh, in_specs=PartitionSpec("d"), out_specs=PartitionSpec("d")
             )(jnp.ones(8))
         assert float(cell.value) == 0.0
-
-
-class Mode(fx.Effect["ModeHandler"]):
-    def get(self):
-        return self.handler().config
-
-
-@attrs.define(eq=False)
-class ModeHandler(fx.Handler[Mode]):
-    effect: Mode
-    config: object
-    fields = fx.Fields(static="config")
-
-    @property
-    def value(self):
-        return self.config
-
-    @classmethod
-    def rebuild(cls, effect, static, const, carry):
-        return cls(effect, static)
 
 
 def test_an_unhashable_static_export_is_named_and_unused_it_is_no_obstacle():

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import Mode, ModeHandler
 
 import effax as fx
 
@@ -339,27 +340,6 @@ def test_a_handler_holding_a_non_array_read_in_jit_names_the_effect_and_static(e
                 fx.jit(lambda: (read(), 1.0)[1])()
         assert h.value is before
         assert read() is before  # eagerly it is read as it is
-
-
-class Mode(fx.Effect["ModeHandler"]):
-    def get(self):
-        return self.handler().config
-
-
-class ModeHandler(fx.Handler[Mode]):
-    fields = fx.Fields(static="config")
-
-    def __init__(self, effect, config):
-        self.effect = effect
-        self.config = config
-
-    @property
-    def value(self):
-        return self.config
-
-    @classmethod
-    def rebuild(cls, effect, static, const, carry):
-        return cls(effect, static)
 
 
 def test_an_unhashable_static_export_raises_a_public_effax_error():
