@@ -46,14 +46,8 @@ nb_render_markdown_format = "gfm"  # tables in markdown outputs (the benchmark p
 myst_enable_extensions = ["colon_fence", "deflist", "substitution"]
 myst_heading_anchors = 3
 
-# The typing guide, docs/typing.md, is written alongside the mypy plugin; link it
-# where it exists, so the build never references a missing page.
-_has_typing_guide = (DOCS / "typing.md").exists()
-myst_substitutions = {
-    "typing_guide": "[the typing guide](typing.md)"
-    if _has_typing_guide
-    else "the typing guide (`docs/typing.md`, written with the plugin)",
-}
+# `{{ typing_guide }}` (docs/typing-overview.md) links the typing guide, docs/typing.md.
+myst_substitutions = {"typing_guide": "[the typing guide](typing.md)"}
 
 # --- API reference ---------------------------------------------------------------
 autodoc_member_order = "bysource"

@@ -17,6 +17,7 @@ compiled call returns none (`check_no_ref_out`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, NoReturn
 
 import jax
@@ -32,10 +33,12 @@ from ._protocol import Export, Outcome
 __all__ = [
     "Pinned",
     "Uncompilable",
+    "Signature",
     "cannot_compile",
     "check_no_ref_out",
     "check_carry",
     "check_outcome",
+    "describe_signature",
     "is_cannot_compile",
     "is_ref",
     "pin",
@@ -44,6 +47,7 @@ __all__ = [
     "uncompilable_leaf",
     "uncompilable_message",
     "ref_refusal",
+    "signature",
     "unpin",
     "unplumbable",
     "zeros_like",
@@ -219,39 +223,62 @@ def _given(outcome: Outcome, leaf: Any) -> str:
     return f"a {type(leaf).__name__}"
 
 
-def _signature(tree: Any) -> tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]:
+# A pytree's structure, and each leaf's shape and dtype (`signature`).
+Signature = tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]
+
+
+def signature(tree: Any, *, exact: bool = False) -> Signature:
+    """`tree`'s structure, and each leaf's shape and dtype: what a carry keeps across
+    a traced boundary (`check_carry`), the branches of a cond emit alike, and a
+    snapshot shares with the handlers it is restored into.
+
+    A leaf's dtype is JAX's (a Python or 64-bit NumPy number as ``jax.jit`` takes
+    it), or with `exact` its own (``np.asarray``'s for a Python number, as a saved
+    snapshot holds it); a ``jax.Ref``'s is marked as one; a leaf that is no array
+    (a string) has its type instead.
+    """
     leaves, treedef = jax.tree.flatten(tree)
-    return treedef, tuple(
-        (tuple(x.shape), ("Ref", x.dtype)) if is_ref(x) else (jnp.shape(x), jnp.result_type(x))
-        for x in leaves
-    )
+    return treedef, tuple(_shape_and_dtype(x, exact) for x in leaves)
+
+
+def _shape_and_dtype(x: Any, exact: bool) -> tuple[tuple[int, ...], Any]:
+    if is_ref(x):
+        return tuple(x.shape), ("Ref", x.dtype)
+    if exact:
+        x = x if hasattr(x, "dtype") else np.asarray(x)
+        return tuple(np.shape(x)), x.dtype
+    if isinstance(x, _INPUT_TYPES):
+        return tuple(jnp.shape(x)), jnp.result_type(x)
+    return (), type(x)
+
+
+def describe_signature(sig: Signature) -> str:
+    """`sig` as JAX prints types, e.g. ``PyTreeDef(*) with leaves [float32[3]]``."""
+    treedef, leaves = sig
+    return f"{treedef} with leaves [{', '.join(f'{_dtype_name(d)}{list(s)}' for s, d in leaves)}]"
+
+
+def _dtype_name(dtype: Any) -> str:
+    if isinstance(dtype, tuple):  # a ref's
+        return f"Ref {_dtype_name(dtype[1])}"
+    if isinstance(dtype, type):  # a leaf that is no array
+        return dtype.__name__
+    # key dtypes (`key<fry>`) are not numpy dtypes: name them as JAX prints them
+    return str(getattr(dtype, "name", None) or jnp.dtype(dtype).name)
 
 
 def check_carry(effect: Effect[Any], before: Any, after: Any) -> None:
     """Raise `StateTypeError` if a carry changed structure, shape or dtype."""
     if after is None or before is None:
         return
-    sig_before, sig_after = _signature(before), _signature(after)
+    sig_before, sig_after = signature(before), signature(after)
     if sig_before != sig_after:
         raise StateTypeError(
             f"{effect!r} changed its type across a traced boundary: it entered as "
-            f"{_describe(sig_before)} and left as {_describe(sig_after)}. A state must "
-            "keep its pytree structure, shapes and dtypes; cast the new value (e.g. "
-            "`x.astype(old.dtype)`) or initialise the state with the final type."
+            f"{describe_signature(sig_before)} and left as {describe_signature(sig_after)}. "
+            "A state must keep its pytree structure, shapes and dtypes; cast the new value "
+            "(e.g. `x.astype(old.dtype)`) or initialise the state with the final type."
         )
-
-
-def _describe(sig: tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]) -> str:
-    treedef, leaves = sig
-    # key dtypes (`key<fry>`) are not numpy dtypes: name them as JAX prints them
-    avals = ", ".join(f"{_dtype_name(d)}{list(s)}" for s, d in leaves)
-    return f"{treedef} with leaves [{avals}]"
-
-
-def _dtype_name(dtype: Any) -> str:
-    if isinstance(dtype, tuple):  # a ref's
-        return f"Ref {_dtype_name(dtype[1])}"
-    return str(getattr(dtype, "name", None) or jnp.dtype(dtype).name)
 
 
 def strong(tree: Any) -> Any:
@@ -282,13 +309,28 @@ def placeholder(value: Any) -> Any:
     return zeros_like(value.aval, traced=True)
 
 
+@functools.cache
+def _key_type(dtype: Any) -> tuple[Any, tuple[int, ...]]:
+    """A key dtype's implementation and the shape of one key's data, asked of JAX's
+    public API (an abstract evaluation, once per dtype)."""
+    impls: list[Any] = []
+
+    def data(key: Any) -> Any:
+        impls.append(jax.random.key_impl(key))
+        return jax.random.key_data(key)
+
+    struct: Any = jax.ShapeDtypeStruct  # (untyped on some JAX versions)
+    shape = jax.eval_shape(data, struct((), dtype)).shape
+    return impls[0], tuple(shape)
+
+
 def zeros_like(aval: Any, *, traced: bool = False) -> Any:
     """Zeros of an abstract value's type (a key array of zero key data for a key
     type): a concrete stand-in for a value nothing reads, or with `traced`, a JAX
     array made by the current trace (a tracer of it under a staging trace)."""
     if jnp.issubdtype(aval.dtype, jax.dtypes.extended):
-        impl = aval.dtype._impl
-        shape = (*aval.shape, *impl.key_shape)
+        impl, key_shape = _key_type(aval.dtype)
+        shape = (*aval.shape, *key_shape)
         if traced:
             return jax.random.wrap_key_data(jax.lax.full(shape, 0, jnp.uint32), impl=impl)
         # concrete under any trace: a cached value must not hold a tracer

@@ -39,6 +39,7 @@ from ._arguments import (
     check_traceable,
     check_unleaked,
 )
+from ._boundary import describe_signature, signature
 from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
 from ._plan import Plan
@@ -297,7 +298,7 @@ def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands
                 ]
                 statics[i] = [o.static for o in outcomes]
             values = [o.values for o in outcomes]
-            structures[i] = [_signature(v) for v in values]
+            structures[i] = [signature(v) for v in values]
             return out, [o.carry for o in outcomes], values
 
         return run_branch
@@ -391,26 +392,15 @@ def _same_in_every_branch(
     return shared
 
 
-def _signature(values: Any) -> str:
-    """What a branch emitted to one effect: structure, shapes and dtypes."""
-    leaves, treedef = jax.tree.flatten(values)
-    return f"{treedef} of [{', '.join(_aval(leaf) for leaf in leaves)}]"
-
-
-def _aval(leaf: Any) -> str:
-    try:
-        return str(jax.typeof(leaf).str_short())
-    except TypeError:
-        return type(leaf).__name__
-
-
 def _emit_mismatch(plan: Plan, structures: Sequence[Any]) -> tuple[Effect[Any], str] | None:
     """The effect whose emitted values differ between branches, and how."""
     traced = [s for s in structures if s is not None]
     for i, effect in enumerate(plan.effects):
         per_branch = [s[i] for s in traced]
         if len(set(per_branch)) > 1:
-            return effect, "; ".join(f"branch {b}: {sig}" for b, sig in enumerate(per_branch))
+            return effect, "; ".join(
+                f"branch {b}: {describe_signature(sig)}" for b, sig in enumerate(per_branch)
+            )
     return None
 
 

@@ -24,7 +24,7 @@ DType = Any
 ArrayLike = Any
 
 # The argument lists jax.random accepted, by sampler and abstract arguments (see
-# `_signature`): an accepted call is checked once, not at every eager call.
+# `_accepted_key`): an accepted call is checked once, not at every eager call.
 _ACCEPTED: dict[Hashable, None] = {}
 _MOST_ACCEPTED = 4096
 _INT32 = range(-(2**31), 2**31)
@@ -47,7 +47,7 @@ def draw(
     where = f"effax.random.{sampler}"
     check_sampler(stream, where, arguments.get("shape", ()))
     fn = getattr(jax.random, sampler)
-    signature = _signature(sampler, arguments, by_value)
+    signature = _accepted_key(sampler, arguments, by_value)
     if signature is None or signature not in _ACCEPTED:
         if _has_tracer(arguments):
             for name, value in arguments.items():
@@ -118,7 +118,7 @@ def _has_tracer(arguments: dict[str, Any]) -> bool:
     return any(_trace.is_tracer(leaf) for leaf in jax.tree.leaves(list(arguments.values())))
 
 
-def _signature(
+def _accepted_key(
     sampler: str, arguments: dict[str, Any], by_value: tuple[str, ...]
 ) -> Hashable | None:
     """What decides whether JAX accepts `arguments`: their abstract values, and the

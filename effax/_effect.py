@@ -39,7 +39,6 @@ __all__ = [
     "declare_row",
     "declared_at",
     "declared_row",
-    "init_effect",
     "leak_message",
     "raise_obstacle",
     "unsplit_message",
@@ -80,7 +79,14 @@ class Effect(Generic[H]):
     name: str
 
     def __init__(self, name: str) -> None:
-        init_effect(self, name)
+        if not isinstance(name, str) or not name:
+            got = repr(name) if isinstance(name, str) else type(name).__name__
+            raise EffectTypeError(
+                "An effect's name must be a non-empty string (e.g. "
+                f'`State[int]("steps")`), got {got}.'
+            )
+        self.name = name
+        self._effax_where = _caller_outside_effax()
 
     def handler_example(self) -> str:
         """How a handler of this effect is made, e.g. ``steps.init(value)`` (for
@@ -316,16 +322,6 @@ def check_write(effect: Effect[Any], value: Any, ref: Any) -> None:
             f"Writing a traced value to {effect!r}, whose handler was installed outside "
             f"the JAX transformation that produced it. {WRITE_LEAK_EXPLANATION}"
         )
-
-
-def init_effect(effect: Effect[Any], name: str) -> None:
-    if not isinstance(name, str) or not name:
-        got = repr(name) if isinstance(name, str) else type(name).__name__
-        raise EffectTypeError(
-            f'An effect\'s name must be a non-empty string (e.g. `State[int]("steps")`), got {got}.'
-        )
-    object.__setattr__(effect, "name", name)
-    object.__setattr__(effect, "_effax_where", _caller_outside_effax())
 
 
 def _caller_outside_effax() -> str | None:

@@ -1,5 +1,9 @@
 """`Fields`: where a handler keeps what crosses a traced boundary, by attribute
-name (the short form of the plumbing protocol, `effax._protocol`)."""
+name (the short form of the plumbing protocol, `effax._protocol`).
+
+A declaration, not behaviour: two readers interpret it, the methods `Handler`
+derives from it (`_protocol`) and the warm path's generated code, which inlines
+its attribute reads and writes (`_warmpath`); it depends on nothing (layer 1)."""
 
 from __future__ import annotations
 

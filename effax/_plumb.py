@@ -28,7 +28,6 @@ __all__ = [
     "Transform",
     "apply_transform",
     "box",
-    "jit_factory_options",
     "normalize_transform",
     "plumb_and_transform",
     "traces_numbers",
@@ -57,7 +56,7 @@ def normalize_transform(transform: Transform) -> Transform:
     """`transform` with its options where effax can read them: ``jax.jit(**options)``
     (a decorator whose options JAX keeps in a closure) becomes
     ``functools.partial(jax.jit, **options)``."""
-    options = jit_factory_options(transform)
+    options = _trace.jit_factory_options(transform)
     if options is None:
         return transform
     return ft.partial(jax.jit, **options) if options else jax.jit
@@ -337,49 +336,3 @@ def plumb_and_transform(
         return out
 
     return plumbed
-
-
-def jit_factory_options(transform: Callable[..., Any]) -> dict[str, Any] | None:
-    """The options of ``jax.jit(**options)`` called without a function, or None.
-
-    ``jax.jit(static_argnums=1)`` returns a decorator (a lambda in ``jax._src.api``)
-    that keeps its options in a closure variable, ``kwds``, with every option at
-    its default unless given. Returns the options that differ from ``jax.jit``'s
-    defaults, so that effax can apply them to the function it wraps.
-    """
-    if (
-        getattr(transform, "__module__", None) != jax.jit.__module__
-        or getattr(transform, "__qualname__", None) != "jit.<locals>.<lambda>"
-    ):
-        return None
-    code, closure = getattr(transform, "__code__", None), getattr(transform, "__closure__", None)
-    if code is None or closure is None:
-        return None
-    kwds = dict(zip(code.co_freevars, (c.cell_contents for c in closure), strict=True)).get("kwds")
-    if not isinstance(kwds, dict):
-        return None
-    # Only jax.jit's public options; internal ones (e.g. `use_resource_env`) are
-    # what jax.jit(fun, **options) sets by itself.
-    defaults = inspect.signature(jax.jit).parameters
-    return {
-        name: value
-        for name, value in kwds.items()
-        if name in defaults and not _same(value, defaults[name].default)
-    }
-
-
-def _same(value: Any, default: Any) -> bool:
-    if value is default:
-        return True
-    try:
-        return type(value) is type(default) and bool(value == default)
-    except Exception:  # pragma: no cover - an option with an odd __eq__
-        return False
-
-
-# jax.jit(**options) must keep its options where `jit_factory_options` reads them
-if jit_factory_options(jax.jit(static_argnums=1)) != {"static_argnums": 1}:  # pragma: no cover
-    raise _trace.EffaxInternalsError(
-        f"effax cannot read the options of jax.jit(**options) on jax {jax.__version__} "
-        f"(supported: {_trace.SUPPORTED_JAX}). Install a supported JAX version."
-    )

@@ -422,11 +422,7 @@ class Function:
 
         def replay(flat: Sequence[Any], kwargs: dict[str, Any]) -> Any:
             n = program.plan.n_in
-            args = [
-                leaf
-                for leaf in jax.tree.leaves((flat[n:], kwargs))
-                if isinstance(leaf, jax.core.Tracer)
-            ]
+            args = [leaf for leaf in jax.tree.leaves((flat[n:], kwargs)) if _trace.is_tracer(leaf)]
             slot_leaves = iter(jax.tree.leaves(flat[:n]))
             leaves = [
                 next(slot_leaves) if owner[i] in chosen else dummies.get(i)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _trace
+from ._boundary import describe_signature, signature
 from ._errors import EffectLeakError, EffectTypeError, EffectUsageError, StateTypeError
 from ._handlers import Handlers
 from ._protocol import Handler
@@ -84,12 +85,13 @@ def restore(snapshot: Mapping[str, Any], *handlers: Handler[Any] | Handlers) -> 
             )
         saved = snapshot[effect.name]
         state = handler.snapshot_like(saved)
-        if _signature(saved) != _signature(_plain(state)):
+        holds, fits = signature(saved, exact=True), signature(_plain(state), exact=True)
+        if holds != fits:
             raise StateTypeError(
                 f"The snapshot of {effect!r} does not fit its handler: it holds "
-                f"{_describe(saved)}, the handler {_describe(_plain(state))}. Restore into "
-                "handlers initialised like the ones that were snapshotted (same structure, "
-                "shapes and dtypes)."
+                f"{describe_signature(holds)}, the handler {describe_signature(fits)}. "
+                "Restore into handlers initialised like the ones that were snapshotted (same "
+                "structure, shapes and dtypes)."
             )
         if any(_trace.is_tracer(leaf) for leaf in jax.tree.leaves(saved)):
             raise EffectLeakError(
@@ -157,7 +159,8 @@ def _states(handlers: Iterable[Handler[Any] | Handlers]) -> list[tuple[Handler[A
                 "effax.snapshot / effax.restore take handlers or effax.handlers(...) "
                 f"bundles, but got {type(item).__name__}: {item!r}."
             )
-    states = [(h, h.snapshot()) for h in flat]
+    # (an interceptor has no state of its own: the handler it forwards to has it)
+    states = [(h, h.snapshot()) for h in flat if not h.forwards]
     states = [(h, s) for h, s in states if s is not None]
     for handler, state in states:
         if any(_trace.is_tracer(leaf) for leaf in jax.tree.leaves(state)):
@@ -215,17 +218,3 @@ def _like(saved: Any, current: Any) -> Any:
     if isinstance(current, np.ndarray | np.generic):
         return np.asarray(saved, dtype=current.dtype).reshape(np.shape(current))[()]
     return type(current)(np.asarray(saved).item())
-
-
-def _signature(tree: Any) -> Any:
-    leaves, treedef = jax.tree.flatten(tree)
-    return treedef, [(tuple(np.shape(x)), np.dtype(x.dtype)) for x in map(_array, leaves)]
-
-
-def _array(x: Any) -> Any:
-    return x if hasattr(x, "dtype") else np.asarray(x)
-
-
-def _describe(tree: Any) -> str:
-    treedef, leaves = _signature(tree)
-    return f"{treedef} with leaves [{', '.join(f'{d.name}{list(s)}' for s, d in leaves)}]"

@@ -1,22 +1,27 @@
-"""The one module that touches JAX internals.
+"""The one module that reads JAX internals, self-tested at import.
 
-effax needs three facts that JAX does not expose publicly:
+What effax needs and JAX does not expose publicly, in this module's order: (1) the
+current trace, and a cheap identity key for it; (2) how traces nest
+(``parent_trace``; for the fresh traces of custom derivative rules, ``prev_trace``
+in ``Primitive.bind``'s frame); (3) what a trace does (stage out:
+``DynamicJaxprTrace``; batch; differentiate) and which trace a tracer belongs to;
+(4) traceback filtering; (5) which JAX API is staging, only to word messages; (6)
+dead-code elimination and evaluation of jaxprs; (7) making a trace current, and
+whether operations run now; (8) weak types, and how many processes
+``jax.distributed`` started; (9) the options of ``jax.jit(**options)``, kept in its
+closure variable ``kwds``.
 
-1. *which trace is current* (``jax._src.core.trace_ctx.trace``),
-2. *how traces nest* (every non-root trace carries ``parent_trace``),
-3. *which traces stage out* (``DynamicJaxprTrace``: jit, pmap, shard_map under jit,
-   control-flow bodies, checkpoint, eval_shape, make_jaxpr).
-
-Everything else in effax is written against the small API below. The module
-self-tests at import: if a future JAX changes these internals, importing effax
-fails with a message naming the installed version and the supported range, instead
-of silently misclassifying a trace (which would let a stale constant through
-``jax.jit``). Checked on jax 0.10.2 (Python 3.11), 0.11.2 and 0.12.0.1 (3.12).
+Everything else in effax is written against the small API below. The self-test
+checks 1-3, 7 (whether operations run), 8 (weak types) and 9: if a future JAX
+changes them, importing effax fails naming the installed version and the supported
+range, instead of silently misclassifying a trace (which would let a stale constant
+through ``jax.jit``). Checked on jax 0.10.2 (Python 3.11), 0.11.2, 0.12.0.1 (3.12).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -44,7 +49,7 @@ __all__ = [
     "hide_frames",
     "innermost_staging_api",
     "is_tracer",
-    "is_weakly_typed",
+    "jit_factory_options",
     "output_program",
     "process_count",
     "prune",
@@ -232,11 +237,8 @@ def _custom_rule(trace: Trace) -> str | None:
 def custom_rule_traced() -> str | None:
     """What JAX is tracing if the current trace is (inside) a custom derivative's
     function or rule, e.g. ``"custom_jvp jvp"``; otherwise None. For messages."""
-    for trace in _ancestors(_trace_ctx.trace):
-        rule = _custom_rule(trace)
-        if rule is not None:
-            return rule
-    return None
+    rules = (_custom_rule(trace) for trace in _ancestors(_trace_ctx.trace))
+    return next((rule for rule in rules if rule is not None), None)
 
 
 def _custom_callers() -> Iterator[Trace]:
@@ -283,8 +285,7 @@ _JIT = ("jax.jit", "effax.jit (or effax.handle(fn, transform=jax.jit))")
 _NAMESAKES = ("scan", "map", "fori_loop", "while_loop", "cond", "switch", "checkpoint")
 _STAGING_APIS: Final = {
     **{name: (name, f"effax.{name}") for name in _NAMESAKES},
-    "remat": ("checkpoint", "effax.checkpoint"),
-    "fun_remat": ("checkpoint", "effax.checkpoint"),
+    **dict.fromkeys(("remat", "fun_remat"), ("checkpoint", "effax.checkpoint")),
     "eval_shape": ("eval_shape", "effax.handle(fn, transform=jax.eval_shape)"),
     **dict.fromkeys(
         ("make_jaxpr", "make_jaxpr_f"),
@@ -295,10 +296,7 @@ _STAGING_APIS: Final = {
         ),
     ),
     "pmap": ("pmap", "effax.shard_map"),
-    "_python_pjit_helper": _JIT,
-    "_cpp_pjit": _JIT,
-    "cache_miss": _JIT,
-    "trace": _JIT,
+    **dict.fromkeys(("_python_pjit_helper", "_cpp_pjit", "cache_miss", "trace"), _JIT),
 }
 _STAGING_MODULES: Final = {"jax._src.shard_map": ("shard_map", "effax.shard_map")}
 
@@ -414,12 +412,24 @@ def weakly_typed(x: Any) -> Any:
     return _lax._convert_element_type(x, None, weak_type=True)
 
 
-def is_weakly_typed(x: Any) -> bool:
-    """Whether `x` has a weak type (a Python number, or an array made from one)."""
-    if isinstance(x, (bool, int, float, complex)):
-        return True
-    aval = getattr(x, "aval", None)
-    return bool(getattr(aval, "weak_type", False))
+def jit_factory_options(transform: Callable[..., Any]) -> dict[str, Any] | None:
+    """The options of ``jax.jit(**options)`` called without a function that differ
+    from ``jax.jit``'s defaults (JAX returns a lambda keeping every option in its
+    closure variable ``kwds``), or None if `transform` is no such decorator."""
+    if (
+        getattr(transform, "__module__", None) != jax.jit.__module__
+        or getattr(transform, "__qualname__", None) != "jit.<locals>.<lambda>"
+    ):
+        return None
+    code, cells = getattr(transform, "__code__", None), getattr(transform, "__closure__", None)
+    free = (code.co_freevars, (c.cell_contents for c in cells)) if code and cells else ((), ())
+    kwds = dict(zip(*free, strict=True)).get("kwds")
+    if not isinstance(kwds, dict):
+        return None
+    # jax.jit's public options not left at their defaults (which JAX passes as
+    # themselves); not internal ones (`use_resource_env`), set by jax.jit itself.
+    defaults = inspect.signature(jax.jit).parameters
+    return {k: v for k, v in kwds.items() if k in defaults and v is not defaults[k].default}
 
 
 # --- self-test --------------------------------------------------------------------
@@ -460,20 +470,22 @@ def _self_test() -> None:
         jax.vmap(probe("vmap"))(jnp.stack([x]))
         jax.grad(lambda y: probe("grad")(y) * 1.0)(x)
         seen["root"] = reachability(root)
-        if not is_weakly_typed(weakly_typed(x + jnp.zeros((), x.dtype))):
+        if not jax.typeof(weakly_typed(x + jnp.zeros((), x.dtype))).weak_type:
             seen["weak_type"] = "detached"  # weak types are made another way
         if _trace_ctx.trace._weakref is not root:
             seen["trace_state"] = "detached"  # the cheap identity key is not the trace's
         if evaluating():
             seen["evaluating"] = "detached"  # a trace in progress is not told apart
+        if jit_factory_options(jax.jit(static_argnums=1)) != {"static_argnums": 1}:
+            seen["jit_options"] = "detached"  # jax.jit(**options) keeps them elsewhere
         return x
 
     jax.make_jaxpr(probes)(jax.ShapeDtypeStruct((), jnp.float32))  # type: ignore[no-untyped-call]
     if seen != expected:
         raise EffaxInternalsError(
-            f"effax cannot classify JAX traces with the installed jax {jax.__version__} "
-            f"(supported: {SUPPORTED_JAX}): expected {expected}, observed {seen}. "
-            "Install a supported JAX version, or report this at effax's issue tracker."
+            f"effax cannot classify JAX traces (or read jax.jit's options) with jax "
+            f"{jax.__version__} (supported: {SUPPORTED_JAX}): expected {expected}, observed "
+            f"{seen}. Install a supported JAX version, or report this at effax's issue tracker."
         )
 
 

@@ -3,6 +3,7 @@ internals, module sizes."""
 
 import ast
 import pathlib
+import re
 
 EFFAX = pathlib.Path(__file__).parent.parent / "effax"
 
@@ -162,3 +163,67 @@ def test_the_package_all_lists_every_re_export():
         if isinstance(node, ast.ImportFrom):
             exported.update(a.asname for a in node.names if a.asname)
     assert set(declared_all(path)) == exported
+
+
+# Reading a JAX object's internals: its closure's variables by name (how `jax.jit`'s
+# options are found), `jax.core` (private, or deprecated for a public replacement),
+# `jax._src`, private attributes of JAX objects that effax once read. Only `_trace`
+# does, self-tested at import. `_callpath` reads the cell of effax's own generated
+# entry function (its environment), never a JAX object's.
+_INTERNALS_READS = (
+    "co_freevars",
+    "__closure__",
+    "cell_contents",
+    "jax.core.",
+    "_src",
+    "._impl",  # a key dtype's PRNG implementation
+    ".key_shape",  # and its key data's shape
+)
+_OWN_CLOSURES = {"_callpath": ("__closure__", "cell_contents")}
+
+
+def test_only_trace_reads_jax_internals():
+    for path in modules():
+        if path.stem == "_trace":
+            continue
+        code = "\n".join(
+            line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")
+        )
+        allowed = _OWN_CLOSURES.get(path.stem, ())
+        found = [w for w in _INTERNALS_READS if w in code and w not in allowed]
+        assert not found, f"{path.name} reads JAX internals ({found}): move it to _trace.py"
+
+
+def readme_layers():
+    """effax/README.md's layer table: module -> layer."""
+    text = (EFFAX / "README.md").read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for row in re.findall(r"^\| *(\d+) *\|([^|]*)\|", text, flags=re.MULTILINE):
+        layer, cell = row
+        for module in re.findall(r"`(\w+)`", cell):
+            assert module not in table, f"effax/README.md lists {module} twice"
+            table[module] = int(layer)
+    return table
+
+
+def test_the_internals_map_lists_every_module_in_its_layer():
+    """effax/README.md's layer table names every module of effax/, each in the layer
+    `LAYERS` gives it (the rule the import test checks)."""
+    assert readme_layers() == LAYER
+
+
+def test_the_top_level_readme_layout_lists_every_module():
+    text = (EFFAX.parent / "README.md").read_text().split("## Layout", 1)[1]
+    listed = set(re.findall(r"^effax/(\w+)\.py", text, flags=re.MULTILINE))
+    assert listed == {p.stem for p in modules()} | {"__init__"}
+
+
+def test_one_helper_compares_structure_shapes_and_dtypes():
+    """`_boundary.signature` is the one description of a pytree's structure, shapes
+    and dtypes (carries, cond branches' emits, snapshots); no module keeps its own."""
+    for path in modules():
+        defined = {
+            n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)
+        }
+        assert not {"_signature", "_describe"} & defined, f"{path.name}: use _boundary.signature"
+    assert "signature" in top_level_names(EFFAX / "_boundary.py")[0]

@@ -1,11 +1,15 @@
 """Never silent: what a careless or clever user tries gets the eager answer or a
-named error (issue 14).
+named error (issues 14 and 29).
 
 Each case asserts one of two things: the wrapped program computes what the eager
 program computes (keys and integers bit for bit), or it raises the named effax
-error with a message that names the effect and the fix, leaving every handler as
-it was. `test_no_message_names_effax_internals` runs every error case again and
-checks that no message mentions effax's internal argument names.
+error with a message that names the effect (or the function and argument) and the
+fix; cases that could change a handler check that it was left as it was. Every
+message checked through `raises` is also checked to name none of effax's internal
+argument names (``_effax_plumbed``, ``_rem_singleton``). The last sections are
+tables: every public function called with bad arguments (`_BAD_ARGUMENTS`, which
+`test_every_public_function_is_in_the_table_of_bad_arguments` keeps complete), and
+errors raised through effax's wrappers, whose tracebacks show no effax frame.
 """
 
 import asyncio
