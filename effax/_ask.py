@@ -9,6 +9,7 @@ import attrs
 
 from . import _trace
 from ._arguments import check_bool, check_unleaked
+from ._context import run_at
 from ._effect import Effect
 from ._errors import EffectTypeError, UnhandledEffectError
 from ._protocol import Fields, Handler, PyTree
@@ -80,12 +81,13 @@ class Ask(Effect["Provider[T]"], Generic[T]):
         effect has one and no handler is installed)."""
         default = self.default
         if default is NO_DEFAULT:
-            return self.handler().ask()
+            handler = self.handler()
+            return run_at(self, handler, handler.ask)
         try:
             handler = self.handler()
         except UnhandledEffectError:
             return default
-        return handler.ask()
+        return run_at(self, handler, handler.ask)
 
     def provide(self, value: T) -> Provider[T]:
         """A handler that answers `ask()` with `value`."""

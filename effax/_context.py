@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar
 
 from . import _trace
@@ -31,15 +31,19 @@ __all__ = [
     "chain",
     "current_stack",
     "enter_block",
+    "here",
     "exit_block",
     "home_trace",
     "installed_at",
     "mark_used",
     "note_missing",
     "obstacle",
+    "outside",
     "pop",
     "push",
     "push_entries",
+    "run_at",
+    "run_where",
 ]
 
 T = TypeVar("T")
@@ -163,7 +167,8 @@ class Stack(dict["Effect[Any]", Entry]):
     each, since every enclosing trace baked that outcome in.
     """
 
-    __slots__ = ("__weakref__", "owner", "parent", "recorders", "token")
+    __slots__ = ("__weakref__", "fresh", "owner", "parent", "recorders", "runs", "token", "views")
+    runs: Entry | None
 
     def __init__(
         self,
@@ -181,6 +186,11 @@ class Stack(dict["Effect[Any]", Entry]):
         # entered it, and the token that restores the stack below it.
         self.owner: object = None
         self.token: contextvars.Token[Stack] | None = None
+        # Installed by `push` (its handlers last in the dict's order), not over the
+        # entries below in their places (rebuilt handlers, markers); for a stack a
+        # handler's code runs under, its entry; the stacks of `outside`, per effect.
+        self.fresh, self.runs = False, None
+        self.views: dict[Effect[Any], Stack] | None = None
 
 
 _EMPTY = Stack()
@@ -201,21 +211,125 @@ def push(handlers: tuple[Handler[Any], ...]) -> contextvars.Token[Stack]:
         if handler.effect in layers[-1]:
             layers.append({})
         layers[-1][handler.effect] = (handler, ref)
-    return push_entries(*layers)
+    return push_entries(*layers, fresh=True)
 
 
 def push_entries(
-    *layers: Mapping[Effect[Any], Entry], recorder: set[Effect[Any]] | None = None
+    *layers: Mapping[Effect[Any], Entry],
+    recorder: set[Effect[Any]] | None = None,
+    fresh: bool = False,
 ) -> contextvars.Token[Stack]:
     """Install pre-built entries (used to mark effects during a trace), one stack
     per layer (later layers innermost); with `recorder`, also note failed lookups
-    below this point into it."""
+    below this point into it. Entries keep the places of those they replace in the
+    stack's order, unless `fresh` (handlers installed here): then they come last
+    (a stack's order is its handlers' install order, which `outside` reads)."""
     stack = _STACK.get()
     recorders = stack.recorders if recorder is None else (*stack.recorders, recorder)
     for entries in layers:
-        stack = Stack(stack, recorders=recorders, parent=stack)
+        below = stack
+        if fresh and any(effect in below for effect in entries):
+            stack = Stack(
+                {e: v for e, v in below.items() if e not in entries},
+                recorders=recorders,
+                parent=below,
+            )
+        else:
+            stack = Stack(below, recorders=recorders, parent=below)
         stack.update(entries)
+        stack.fresh = fresh
     return _STACK.set(stack)
+
+
+# --- where a handler's code runs: under the handlers installed outside it, not the
+# performer's stack (handlers between them, and the performer's row, are not visible)
+
+_PACKAGE = __name__.rsplit(".", 1)[0] + "."
+_IN_PLACE: dict[type, bool] = {}  # per handler class: is it effax's own (runs in place)
+
+
+def run_at(
+    effect: Effect[Any], handler: Handler[Any], fn: Callable[..., T], *args: Any, **kwargs: Any
+) -> T:
+    """Call `fn`, an operation of `handler` (of `effect`), under the handlers installed
+    outside `handler` (`outside`); in place if `handler` is not the current one of
+    `effect` (reached by forwarding) or of an effax class (the built-in operations
+    perform nothing; an `Interceptor` runs its functions with `run_where`)."""
+    cls = type(handler)
+    in_place = _IN_PLACE.get(cls)
+    if in_place is None:
+        in_place = _IN_PLACE[cls] = cls.__module__.startswith(_PACKAGE)
+    if in_place:
+        return fn(*args, **kwargs)
+    return run_where(effect, handler, fn, *args, **kwargs)
+
+
+def run_where(
+    effect: Effect[Any], handler: Handler[Any], fn: Callable[..., T], *args: Any, **kwargs: Any
+) -> T:
+    """`run_at` for code that is never effax's own (an interceptor's function)."""
+    stack = _STACK.get()
+    entry = stack.get(effect)
+    if entry is None or entry[0] is not handler:
+        return fn(*args, **kwargs)
+    views = stack.views
+    view = None if views is None else views.get(effect)
+    if view is None:
+        view = outside(stack, effect)
+    token = _STACK.set(view)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _STACK.reset(token)
+
+
+def here(fn: Callable[..., T]) -> Callable[..., T]:
+    """`fn`, a callback the performer passes (`modify`'s), run under its stack."""
+    stack = _STACK.get()
+
+    def call(*args: Any, **kwargs: Any) -> T:
+        token = _STACK.set(stack)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _STACK.reset(token)
+
+    return call
+
+
+def outside(stack: Stack, effect: Effect[Any]) -> Stack:
+    """The stack (cached on `stack`) that `stack`'s handler of `effect` runs under:
+    the entries installed outside it (of `effect`: the one it forwards to)."""
+    entry = stack[effect]
+    node = stack
+    below = node.parent
+    while below is not None and below.get(effect) is entry:
+        node, below = below, below.parent
+    base = _EMPTY if below is None else below
+    prior = base.get(effect)
+    if not node.fresh and prior is not None:
+        # put in the place of an entry of the stack below (a handler rebuilt inside a
+        # traced region): outside it is what was outside the entry it stands for
+        base = outside(base, effect)
+    view = Stack(base, recorders=stack.recorders, parent=base)
+    for key, value in node.items():
+        if key is effect:
+            break
+        if base.get(key) is not value:
+            view[key] = value
+    handler = entry[0]
+    if handler.forwards and not handler.forwards_outward():
+        # an interceptor holding the handler it forwards to (re-made inside a region)
+        try:
+            view[effect] = (handler.outer(), entry[1])
+        except LookupError:  # none (UnhandledEffectError), or not usable here
+            view.pop(effect, None)
+    view.runs = entry
+    view.fresh = node.fresh
+    if stack.views is None:
+        stack.views = {}
+    stack.views[effect] = view
+    return view
 
 
 def chain(stack: Stack, effect: Effect[Any]) -> Iterator[Entry]:
@@ -275,6 +389,8 @@ def installed_at(effect: Effect[Any], handler: Handler[Any]) -> Any:
     entry = stack.get(effect)
     if entry is not None and entry[0] is handler:
         ref = entry[1]
+    elif stack.runs is not None and stack.runs[0] is handler:  # its code, outside it
+        ref = stack.runs[1]
     else:
         ref = next((e[1] for e in chain(stack, effect) if e[0].reaches(handler)), None)
     return None if isinstance(ref, Blocked) else ref

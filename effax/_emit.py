@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _trace
+from ._context import run_at
 from ._effect import Effect
 from ._errors import EffectUsageError
 from ._protocol import Fields, Handler, PyTree
@@ -52,7 +53,8 @@ class Emit(Effect["Collector[T]"], Generic[T]):
     @_trace.api_boundary
     def emit(self, value: T) -> None:
         """Append `value` to the innermost collector."""
-        self.handler().emit(value)
+        handler = self.handler()
+        run_at(self, handler, handler.emit, value)
 
     def collect(self) -> Collector[T]:
         """A handler collecting the emitted values in `.values`."""

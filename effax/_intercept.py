@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar, overload
 
+from ._context import run_at, run_where
 from ._effect import Effect, raise_obstacle
 from ._errors import EffectLeakError, EffectTypeError, EffectUsageError, UnhandledEffectError
 from ._protocol import BatchPolicy, Export, Handler, Outcome, PyTree
@@ -230,7 +231,8 @@ class Interceptor(Handler[E_co]):
                 outer: Any = self.outer()
             except (UnhandledEffectError, EffectLeakError):
                 outer = _NoOuter(self, name)
-            return functools.partial(fn, outer)
+            # run where this interceptor is installed (also when reached by forwarding)
+            return functools.partial(run_where, self.effect, self, fn, outer)
         derived = self.effect.derived_operations.get(name)
         if derived is not None:
             return functools.partial(derived, self)
@@ -238,7 +240,8 @@ class Interceptor(Handler[E_co]):
             outer = self.outer()
         except UnhandledEffectError:
             _outer_required(self, f"forwards {name}() unchanged, which")
-        return getattr(outer, name)
+        # forwarded unchanged: the operation runs where the handler outside is installed
+        return functools.partial(run_at, self.effect, outer, getattr(outer, name))
 
     # --- the plumbing protocol: the interceptor crosses with what it forwards to
 

@@ -59,6 +59,10 @@ class Region:
         row = None
         if all(r is not None for r in rows):
             row = list(dict.fromkeys(e for r in rows if r is not None for e in r))
+            # an interceptor's code runs where it is installed and may perform any
+            # effect visible there, which the bodies' rows do not name: plumb them all
+            if any((e := self.stack.get(effect)) and e[0].forwards for effect in row):
+                row = None
         handlers = outer_handlers(self.stack, row=row)
         self.policy = policy
         exports_axes: list[tuple[Export, int | None]]

@@ -10,6 +10,7 @@ import attrs
 
 from . import _trace
 from ._arguments import check_unleaked
+from ._context import here, run_at
 from ._effect import Effect
 from ._protocol import BatchPolicy, Export, Fields, Handler, PyTree
 
@@ -55,17 +56,21 @@ class State(Effect["StateCell[S]"], Generic[S]):
     @_trace.api_boundary
     def get(self) -> S:
         """The current value."""
-        return self.handler().get()
+        handler = self.handler()
+        return run_at(self, handler, handler.get)
 
     @_trace.api_boundary
     def set(self, value: S) -> None:
         """Replace the current value."""
-        self.handler().set(value)
+        handler = self.handler()
+        run_at(self, handler, handler.set, value)
 
     @_trace.api_boundary
     def modify(self, fn: Callable[[S], S]) -> S:
         """Replace the value by `fn(value)` and return the new value."""
-        return self.handler().modify(fn)
+        handler = self.handler()
+        # `fn` is the performer's code: it runs under the performer's handlers
+        return run_at(self, handler, handler.modify, here(fn))
 
     def init(self, value: S) -> StateCell[S]:
         """A cell handler holding `value`; it keeps its value across calls."""

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from ._arguments import check_unleaked
+from ._context import here, run_at
 from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError, StateTypeError
 from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
@@ -60,11 +61,14 @@ class StateDict(Effect["StateDictCell[V]"], Generic[V]):
         """The entry `name`; created from `init` (a value, or a function of no
         argument) if there is none yet. Without `init`, a missing entry raises
         `EffectUsageError`."""
-        return self.handler().get(name, init)
+        handler = self.handler()
+        # a function `init` is the performer's code: it runs under the performer's handlers
+        return run_at(self, handler, handler.get, name, here(init) if callable(init) else init)
 
     def set(self, name: str, value: V) -> None:
         """Replace the entry `name` by `value` (creating it if there is none)."""
-        self.handler().set(name, value)
+        handler = self.handler()
+        run_at(self, handler, handler.set, name, value)
 
     def init(self, entries: Mapping[str, V] | None = None) -> StateDictCell[V]:
         """A cell handler holding `entries` (none by default); it keeps them, and the

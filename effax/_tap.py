@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _entries, _trace
 from ._arguments import check_unleaked
+from ._context import run_at
 from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import Export, Fields, Outcome, PyTree
@@ -69,7 +70,8 @@ class Tap(Effect["TapHandler[T]"], Generic[T]):
                 f"{self!r}.tap(site, value) takes the site's name as a str (e.g. "
                 f"'block3/mlp'), but got {type(site).__name__}: {site!r}."
             )
-        return self.handler().tap(site, value)
+        handler = self.handler()
+        return run_at(self, handler, handler.tap, site, value)
 
     def ignore(self) -> Ignorer[T]:
         """Taps off: every site returns its value, and nothing crosses a compiled
