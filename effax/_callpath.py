@@ -33,7 +33,7 @@ from ._inside import enter_inside, outcomes_of
 from ._plan import Plan
 from ._plumb import box
 from ._program import Function, Program, Retrace, pending
-from ._protocol import Handler
+from ._protocol import Handler, fields_of
 from ._visible import outer_handlers
 from ._writeback import absorb_all, outer_homes
 
@@ -167,7 +167,7 @@ class Handled:
         function = self.function
         assert function is not None
         while True:
-            exports: Exports = {}
+            exports = Exports()
             discover = function.row is None
             resolved = self.resolve(stack, exports, discover=discover)
             program = function.program(resolved.environment)
@@ -193,9 +193,10 @@ class Handled:
         if not discover:
             assert function.row is not None
             return resolve(stack, tuple(function.row), self.own, note=True, exports=exports)
+        visible = outer_handlers(stack, skip=function.own_effects, chains=exports.chains)
         effects = [
             h.effect
-            for h in outer_handlers(stack, skip=function.own_effects)
+            for h in (c.target for c in visible)
             if unplumbable(h.effect, export_of(h, exports), "a compiled call", keyed=True) is None
         ]
         return resolve(stack, effects, self.own, note=False, exports=exports)
@@ -297,9 +298,11 @@ class Handled:
 
     def enter_eagerly(self) -> _EagerRegion:
         stack = _context.current_stack()
-        effects = [h.effect for h in outer_handlers(stack, skip=[h.effect for h in self.own])]
-        resolved = resolve(stack, effects, self.own, note=False)
-        plan = Plan.of(resolved.handlers, resolved.exports)
+        exports = Exports()
+        visible = outer_handlers(stack, skip=[h.effect for h in self.own], chains=exports.chains)
+        effects = [c.target.effect for c in visible]
+        resolved = resolve(stack, effects, self.own, note=False, exports=exports)
+        plan = Plan.of(resolved.chains, resolved.exports)
         dynamic = [(e.const, e.carry) for e in resolved.exports]
         used: set[Effect[Any]] = set()
         token, inner = enter_inside(plan, dynamic, track=used)
@@ -333,7 +336,7 @@ class Handled:
         whether the stack matters.)"""
         row = self.function.row if self.function is not None else None
         outer = len(environment) > len(self.own) or bool(row)
-        return (node, tuple(_warmpath.warm_key_of(h) for h in handlers), outer)
+        return (node, tuple(fields_of(h) for h in handlers), outer)
 
     def bind(
         self,

@@ -3,8 +3,10 @@
 A compiled handled function keeps one program per environment (`_program`). For
 each effect the function looks up, the environment records
 
-- a plumbed handler: its effect, class and `Fields`, and its static export,
-  compared as ``jax.jit`` compares static arguments (type included). Its const and
+- a plumbed handler: its effect, class and `Fields`, the interceptors around it
+  (its chain's static wrappers, `_intercept.chain_of`: the handler plumbed for an
+  interceptor is the one it reaches), and its static export, compared as
+  ``jax.jit`` compares static arguments (type included). Its const and
   carry are passed in as arguments (its program's `Plan` says which), so their
   tree structure, shapes, dtypes and None-ness are part of ``jax.jit``'s own cache
   key;
@@ -16,14 +18,16 @@ each effect the function looks up, the environment records
 
 from __future__ import annotations
 
-from collections.abc import Hashable, MutableMapping, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple
 
 from . import _context
 from ._boundary import cannot_compile, unplumbable
 from ._effect import Effect
+from ._intercept import Chain
 from ._plan import Plan
 from ._protocol import Export, Handler, check_home, fields_of
+from ._visible import Chains, chain_of
 
 __all__ = [
     "UNREACHABLE",
@@ -43,13 +47,21 @@ __all__ = [
 UNREACHABLE = "unreachable"
 
 # One looked-up effect: (effect, what was found, static export). `what` is
-# (class, fields) for a plumbed handler, else None, a `Blocked` marker or
+# (class, fields, wrappers) for a plumbed handler, else None, a `Blocked` marker or
 # `UNREACHABLE`; the static export is ``(type, value)`` or None.
 Key = tuple[Effect[Any], Any, Any]
 Environment = tuple[Key, ...]
 
-# The exports of one call, by handler identity: each handler is asked once per call.
-Exports = MutableMapping[int, Export]
+
+class Exports(dict[int, Export]):
+    """The exports of one call, by handler identity, and the chains of the
+    handlers it found (`chains`): each handler is asked once per call."""
+
+    __slots__ = ("chains",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chains: Chains = {}
 
 
 def static_key(static: Hashable) -> Any:
@@ -59,11 +71,12 @@ def static_key(static: Hashable) -> Any:
 
 class Resolved(NamedTuple):
     """An environment under a handler stack, and the handlers to plumb (with their
-    exports) in its order."""
+    exports and the chains they stand for) in its order."""
 
     environment: Environment
-    handlers: tuple[Handler[Any], ...]
+    handlers: tuple[Handler[Any], ...]  # the chains' targets
     exports: tuple[Export, ...]
+    chains: tuple[Chain, ...]
 
 
 def export_of(handler: Handler[Any], exports: Exports) -> Export:
@@ -88,16 +101,16 @@ def resolve(
     depends on these lookups (a compiled call inside a traced body). `exports`
     holds the exports the call already asked for, and gains the others.
     """
-    exports = {} if exports is None else exports
+    exports = Exports() if exports is None else exports
     keys: list[Key] = []
-    handlers: list[Handler[Any]] = []
+    chains: list[Chain] = []
     for effect in effects:
         entry = stack.get(effect)
         why: Any = None
         if entry is not None:
             obstacle = _context.obstacle(effect, entry, track=note)
             if obstacle is None:
-                handlers.append(entry[0])
+                chains.append(chain_of(entry[0], exports.chains))
                 continue
             why = obstacle if isinstance(obstacle, _context.Blocked) else UNREACHABLE
         if note:
@@ -105,7 +118,8 @@ def resolve(
         keys.append((effect, why, None))
     for handler in own:
         check_home(handler)
-    handlers.extend(own)
+    chains.extend(chain_of(h, exports.chains) for h in own)
+    handlers = [c.target for c in chains]
     found = tuple(export_of(h, exports) for h in handlers)
     for handler, export in zip(handlers, found, strict=True):
         if export.static is not None:
@@ -113,10 +127,10 @@ def resolve(
             if why is not None:
                 raise cannot_compile(why)
     keys.extend(
-        (h.effect, (type(h), fields_of(h)), static_key(e.static))
-        for h, e in zip(handlers, found, strict=True)
+        (h.effect, (type(h), fields_of(h), c.wrappers), static_key(e.static))
+        for h, c, e in zip(handlers, chains, found, strict=True)
     )
-    return Resolved(tuple(keys), tuple(handlers), found)
+    return Resolved(tuple(keys), tuple(handlers), found, tuple(chains))
 
 
 def plumbed_keys(environment: Environment) -> list[Key]:
@@ -127,6 +141,6 @@ def plumbed_keys(environment: Environment) -> list[Key]:
 def plan_of(environment: Environment) -> Plan:
     """The input layout of the program of `environment`."""
     return Plan(
-        (effect, what[0], what[1], None if static is None else static[1])
+        (effect, what[0], what[1], None if static is None else static[1], what[2])
         for effect, what, static in plumbed_keys(environment)
     )

@@ -83,7 +83,8 @@ def enter_inside(
 ) -> tuple[Any, list[Handler[Any]]]:
     """`run_inside` without the call: install the rebuilt handlers (and the
     `blocked` entries, which hide handlers that cannot enter); returns the token
-    that `_context.pop` takes to remove them, and the inner handlers."""
+    that `_context.pop` takes to remove them, and the inner handlers (those that
+    crossed: an interceptor chain's target, installed inside its wrappers)."""
     inner = plan.rebuild(dynamic)
     ref = (
         _trace.current_trace_ref()
@@ -91,7 +92,10 @@ def enter_inside(
         else Tracked(_trace.current_trace_ref(), track, plumbed)
     )
     entries = dict(blocked or {})
-    entries.update({handler.effect: (handler, ref) for handler in (*standins, *inner)})
+    entries.update({handler.effect: (handler, ref) for handler in standins})
+    entries.update(
+        {s.effect: (s.wrap(handler), ref) for s, handler in zip(plan.slots, inner, strict=True)}
+    )
     return _context.push_entries(entries, recorder=recorder), list(inner)
 
 

@@ -3,23 +3,23 @@ forwards the rest, and `Interceptor`, its class.
 
 An interceptor answers the operations it names with ``fn(outer, *args)``, where
 `outer` is the handler it shadows (`Handler.outer`), and forwards every other
-operation to `outer` unchanged. Across a traced boundary it crosses as one
-handler together with the handler it forwards to (its export is that handler's,
-its static part names both), so a chain of interceptors over a cell is plumbed,
-rebuilt and written back as the cell alone would be, and a region whose body
-never performs the effect plumbs none of it.
+operation to `outer` unchanged. It does not cross a traced boundary as a handler:
+`chain_of` finds the handler its chain reaches, which crosses alone (plumbed,
+rebuilt and written back as it would be without interceptors), and the chain is
+recorded in the region's plan as static `Wrapper`s, re-made around the rebuilt
+handler inside. A region whose body never performs the effect plumbs none of it.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar, overload
 
-from ._context import run_at, run_where
+from ._context import Obstacle, run_at, run_where
 from ._effect import Effect, raise_obstacle
 from ._errors import EffectLeakError, EffectTypeError, EffectUsageError, UnhandledEffectError
-from ._protocol import BatchPolicy, Export, Handler, Outcome, PyTree
+from ._protocol import Fields, Handler, PyTree
 
 if TYPE_CHECKING:
     import jax
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._state_dict import StateDict, StateDictCell
     from ._tap import Tap
 
-__all__ = ["Interceptor", "intercept"]
+__all__ = ["Chain", "Interceptor", "Unreached", "Wrapper", "chain_of", "intercept", "wrapped"]
 
 E = TypeVar("E", bound="Effect[Any]")
 # Covariant, as `Handler`'s parameter is: `outer` is typed through it.
@@ -45,13 +45,6 @@ T = TypeVar("T")
 Operations = tuple[tuple[str, Callable[..., Any]], ...]
 
 _NO_OUTER = object()
-
-
-class _Unreachable(NamedTuple):
-    """In place of the handler an interceptor forwards to, when that handler could
-    not enter the traced region the interceptor was rebuilt in: why not."""
-
-    why: Any
 
 
 def _outer_required(interceptor: Interceptor[Any], what: str) -> NoReturn:
@@ -98,8 +91,9 @@ class Interceptor(Handler[E_co]):
     ``fn(outer, *args)``, forwards every other operation to the handler outside it.
 
     Inside a traced region (`effax.jit`, `effax.scan`, `effax.vmap`, ...) it is
-    rebuilt together with the handler it forwards to, which it then reaches
-    directly; outside, `outer()` finds that handler on the installed stack. An
+    made again (without ``__init__``: from its operations and `parameters`) around
+    the handler it forwards to, rebuilt there, which it then reaches directly;
+    outside, `outer()` finds that handler on the installed stack. An
     interceptor has no state of its own: `value` (what ``hs[effect]`` shows) is
     that of the handler it forwards to, and snapshots leave it out. A forwarding
     handler of your own subclasses it and defines the operations it answers as
@@ -128,9 +122,9 @@ class Interceptor(Handler[E_co]):
         self.effect = effect
         self.operations = operations
         self._ops = dict(operations)
-        # The handler it forwards to when it holds it itself: rebuilt with it inside
-        # a traced region (None: there was none outside), or bound by `over`;
-        # `_NO_OUTER`: the one outside it on the stack.
+        # The handler it forwards to when it holds it itself: inside a traced
+        # region, the one rebuilt there (an `Unreached`: none it could use), or
+        # one bound by `over`; `_NO_OUTER`: the one outside it on the stack.
         self._outer = outer
 
     def __repr__(self) -> str:
@@ -141,9 +135,9 @@ class Interceptor(Handler[E_co]):
         outer = self._outer
         if outer is _NO_OUTER:
             return super().outer()
-        if isinstance(outer, Handler):
-            return outer  # type: ignore[return-value]
-        if isinstance(outer, _Unreachable):
+        if not isinstance(outer, Unreached):
+            return outer  # type: ignore[no-any-return]
+        if outer.why is not None:
             raise_obstacle(self.effect, outer.why)
         raise UnhandledEffectError(
             f"{self!r} forwarded {self.effect!r} to the handler outside it, but there "
@@ -213,12 +207,10 @@ class Interceptor(Handler[E_co]):
 
     @property
     def batch_distinct(self) -> bool:  # type: ignore[override]
-        # as the handler it forwards to: a key stream's interceptor is not read
+        # as the handler its chain reaches: a key stream's interceptor is not read
         # through a raw jax.vmap either
-        outer = self._outer
-        if outer is _NO_OUTER:
-            outer = self.effect.shadowed(self, track="plumbing")[0]
-        return isinstance(outer, Handler) and outer.batch_distinct
+        target = chain_of(self).target
+        return target.distinct if isinstance(target, Unreached) else target.batch_distinct
 
     def __getattr__(self, name: str) -> Any:
         # Only names the class does not define get here: the effect's operations.
@@ -243,115 +235,97 @@ class Interceptor(Handler[E_co]):
         # forwarded unchanged: the operation runs where the handler outside is installed
         return functools.partial(run_at, self.effect, outer, getattr(outer, name))
 
-    # --- the plumbing protocol: the interceptor crosses with what it forwards to
-
-    def _reached(self) -> Handler[Any] | None:
-        """The handler it forwards to, if there is one it can reach from here."""
-        outer = self._outer
-        if outer is _NO_OUTER:
-            outer, why = self.effect.shadowed(self, track="plumbing")
-            return outer if why is None else None
-        return outer if isinstance(outer, Handler) else None
-
-    def forwarded_to(self) -> Handler[Any] | None:
-        return self._reached()
-
-    def export(self) -> Export:
-        outer = self._reached()
-        return self._wrap(outer, Export() if outer is None else outer.export())
-
-    def _wrap(self, outer: Handler[Any] | None, export: Export) -> Export:
-        """The export of the interceptor over `outer`'s: the operations, and what
-        `outer` is and exports (rebuilt with it inside)."""
-        what: Any = None if outer is None else type(outer)
-        if outer is None and self._outer is _NO_OUTER:
-            why = self.effect.shadowed(self, track="plumbing")[1]
-            if why is not None:  # a handler outside it that cannot be reached here
-                what = _Unreachable(why)
-        static: Hashable = (
-            self.operations,
-            self.parameters(),
-            what,
-            None if export.static is None else (type(export.static), export.static),
-        )
-        return Export(static, export.const, export.carry)
-
-    @classmethod
-    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Interceptor[Any]:
-        operations, parameters, outer_cls, outer_static = static
-        outer: Any = outer_cls if isinstance(outer_cls, _Unreachable) else None
-        if isinstance(outer_cls, type) and issubclass(outer_cls, Handler):
-            inner_static = None if outer_static is None else outer_static[1]
-            outer = outer_cls.rebuild(effect, inner_static, const, carry)
-        return cls._copy(effect, operations, parameters, outer)
-
-    def outcome(self, *, carry_required: bool) -> Outcome:
-        outer = self._reached()
-        return Outcome() if outer is None else outer.outcome(carry_required=carry_required)
-
-    def absorb(self, outcome: Outcome, *, steps: int | None) -> None:
-        outer = self._reached()
-        if outer is not None:
-            outer.absorb(outcome, steps=steps)
-
-    def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
-        outer = self._reached()
-        if outer is None:
-            return self._wrap(None, Export()), None
-        export, axis = outer.batch_export(policy)
-        return self._wrap(outer, export), axis
-
-    def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
-        outer = self._reached()
-        if outer is not None:
-            outer.batch_absorb(outcome, policy)
-
-    # effax.cond's and effax.grad's hooks: those of the handler it forwards to, whose
-    # outcome its own is. (`align_branch` is asked inside a branch's trace, where
-    # that handler cannot be read, only its static layout; it reads nothing else.)
-    def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
-        outer = self._outer
-        if outer is _NO_OUTER:
-            outer = self.effect.shadowed(self, track="plumbing")[0]
-        if not isinstance(outer, Handler):
-            return outcome
-        return outer.align_branch(outcome, statics)
-
-    def stacks_in_program_order(self) -> bool:
-        outer = self._reached()
-        return outer is not None and outer.stacks_in_program_order()
-
-    def check_absorb(self, outcome: Outcome) -> None:
-        outer = self._reached()
-        if outer is not None:
-            outer.check_absorb(outcome)
-
-    def differentiates(self) -> bool:
-        outer = self._reached()
-        return outer is not None and outer.differentiates()
-
-    def begin_probe(self) -> None:
-        self.outer().begin_probe()
-
-    def perturbations(self) -> tuple[Hashable, tuple[Any, ...]]:
-        outer: Handler[Any] = self.outer()
-        return outer.perturbations()
-
-    def perturb(self, eps: tuple[Any, ...], layout: Hashable) -> None:
-        self.outer().perturb(eps, layout)
-
-    def with_cotangents(
-        self, outcome: Outcome, layout: Hashable, cotangents: tuple[Any, ...]
-    ) -> Outcome:
-        outer: Handler[Any] = self.outer()
-        return outer.with_cotangents(outcome, layout, cotangents)
-
     @property
     def value(self) -> Any:
         return self.outer().value
 
-    def snapshot(self) -> PyTree:
-        return None  # nothing of its own: the handler it forwards to is snapshotted
+
+# --- chains: what crosses a traced boundary for an interceptor -----------------------
+
+
+class Wrapper(NamedTuple):
+    """One interceptor of a chain, as it crosses a traced boundary: static (its
+    class, its operations and the subclass's own parameters; part of a compiled
+    call's cache key) and made again around the rebuilt handler inside (`around`)."""
+
+    cls: type[Interceptor[Any]]
+    operations: Operations
+    parameters: tuple[tuple[str, Hashable], ...]
+
+    def around(self, effect: Effect[Any], outer: Handler[Any]) -> Interceptor[Any]:
+        """The interceptor, forwarding to `outer` (the handler rebuilt inside, or
+        the next wrapper of the chain)."""
+        return self.cls._copy(effect, self.operations, self.parameters, outer)
+
+
+def wrapped(
+    wrappers: tuple[Wrapper, ...], effect: Effect[Any], handler: Handler[Any]
+) -> Handler[Any]:
+    """What is installed inside a traced region for `handler`, rebuilt there: the
+    interceptors of `wrappers` (innermost first) re-made around it."""
+    for wrapper in reversed(wrappers):
+        handler = wrapper.around(effect, handler)
+    return handler
+
+
+class Chain(NamedTuple):
+    """What a handler found for an effect stands for across a traced boundary:
+    the handler that crosses (`target`: the handler itself, or the one its chain
+    of interceptors reaches), and the interceptors around it (`wrappers`,
+    innermost first; none for a handler that is not an interceptor)."""
+
+    target: Handler[Any]
+    wrappers: tuple[Wrapper, ...]
+
+
+def chain_of(handler: Handler[Any]) -> Chain:
+    """The chain of `handler` (the handler installed for its effect, or given to
+    `effax.handle`): through each interceptor, the handler it forwards to (the one
+    it holds, or the one outside it on the installed stack), up to the handler
+    that answers. If there is none that can be used here, an `Unreached` crosses
+    in its place (forwarding to it inside raises the error it would raise here).
+
+    The one place that answers "which handler does this interceptor forward to"
+    for the plumbing: `_visible`, `_environment` and `_program` ask it once per
+    region or call, and plan, rebuild and write back the target alone.
+    """
+    wrappers: list[Wrapper] = []
+    while isinstance(handler, Interceptor):
+        wrappers.append(Wrapper(type(handler), handler.operations, handler.parameters()))
+        outer = handler._outer
+        if outer is _NO_OUTER:
+            outer, why = handler.effect.shadowed(handler, track="plumbing")
+            if why is not None or outer is None:
+                outer = Unreached(handler.effect, why, outer is not None and outer.batch_distinct)
+        handler = outer
+    return Chain(handler, tuple(wrappers))
+
+
+class Unreached(Handler[Any]):
+    """In place of the handler an interceptor chain forwards to, where there is
+    none it can use (`why`: None, no handler at all; else the obstacle to the one
+    outside, whose `batch_distinct` is `distinct`): crosses with nothing but `why`
+    (static), and an interceptor forwarding to it raises the error of forwarding
+    where it is."""
+
+    __slots__ = ("distinct", "effect", "why")
+    fields = Fields(static="why")
+
+    def __init__(self, effect: Effect[Any], why: Obstacle | None, distinct: bool = False) -> None:
+        self.effect = effect
+        self.why = why
+        self.distinct = distinct
+
+    @classmethod
+    def rebuild(cls, effect: Any, static: Any, const: PyTree, carry: PyTree) -> Unreached:
+        return cls(effect, static)
+
+    @property
+    def value(self) -> Any:
+        return None
+
+    def __repr__(self) -> str:
+        return f"<no handler of {self.effect!r} to forward to>"
 
 
 def _slots(cls: type) -> tuple[str, ...]:

@@ -1,12 +1,14 @@
 """`Plan`: the input layout of the handlers plumbed into a traced region.
 
 For each plumbed handler, in order, a plan says what the inner handler is rebuilt
-from (its effect, class and static export) and which of its export's parts cross
-as inputs: the const, the carry, or both (its *slots*). A handler whose class
-derives `export` from `fields` passes the fields it names; any other passes both.
-Derived from the handlers' kinds alone, so that a compiled program's inputs follow
-from its environment. Built once per region or program; everything that flattens
-exports into inputs, or inputs back into parts, asks it.
+from (its effect, class and static export), which of its export's parts cross
+as inputs: the const, the carry, or both (its *slots*), and the interceptors
+re-made around it inside (its chain's static `Wrapper`s; the handler plumbed is
+the one the chain reaches). A handler whose class derives `export` from `fields`
+passes the fields it names; any other passes both. Derived from the handlers'
+kinds alone, so that a compiled program's inputs follow from its environment.
+Built once per region or program; everything that flattens exports into inputs,
+or inputs back into parts, asks it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, NamedTuple
 import jax
 
 from ._effect import Effect
+from ._intercept import Chain, Wrapper, wrapped
 from ._protocol import Export, Fields, Handler, fields_of
 
 __all__ = ["Plan", "Slot"]
@@ -31,6 +34,12 @@ class Slot(NamedTuple):
     static: Hashable  # the static export, as `rebuild` takes it
     has_const: bool
     has_carry: bool
+    wrappers: tuple[Wrapper, ...]  # the interceptors around it, innermost first
+
+    def wrap(self, handler: Handler[Any]) -> Handler[Any]:
+        """What is installed inside for the rebuilt `handler`: it, or its chain's
+        interceptors re-made around it."""
+        return wrapped(self.wrappers, self.effect, handler)
 
     def parts(self, export: Export) -> list[Any]:
         """The parts of `export` that cross as inputs, in order."""
@@ -46,21 +55,25 @@ class Slot(NamedTuple):
 class Plan:
     """The input layout of a region's plumbed handlers (see the module docstring).
 
-    **Arguments:** `entries`, one ``(effect, class, fields, static)`` per handler.
+    **Arguments:** `entries`, one ``(effect, class, fields, static, wrappers)`` per
+    handler.
     """
 
     __slots__ = ("carry_positions", "n_in", "slots")
 
     def __init__(
-        self, entries: Iterable[tuple[Effect[Any], type[Handler[Any]], Fields | None, Hashable]]
+        self,
+        entries: Iterable[
+            tuple[Effect[Any], type[Handler[Any]], Fields | None, Hashable, tuple[Wrapper, ...]]
+        ],
     ) -> None:
         slots = []
-        for effect, cls, fields, static in entries:
+        for effect, cls, fields, static, wrappers in entries:
             if fields is not None and not cls.overrides("export"):
                 has = (fields.const is not None, fields.carry is not None)
             else:
                 has = (True, True)
-            slots.append(Slot(effect, cls, fields, static, *has))
+            slots.append(Slot(effect, cls, fields, static, *has, wrappers))
         self.slots: tuple[Slot, ...] = tuple(slots)
         self.n_in = sum(s.has_const + s.has_carry for s in self.slots)
         positions, i = [], 0
@@ -73,11 +86,11 @@ class Plan:
         self.carry_positions: tuple[int, ...] = tuple(positions)
 
     @classmethod
-    def of(cls, handlers: Sequence[Handler[Any]], exports: Sequence[Export]) -> Plan:
-        """The plan of plumbing `handlers`, which exported `exports`."""
+    def of(cls, chains: Sequence[Chain], exports: Sequence[Export]) -> Plan:
+        """The plan of plumbing the targets of `chains`, which exported `exports`."""
         return cls(
-            (h.effect, type(h), fields_of(h), e.static)
-            for h, e in zip(handlers, exports, strict=True)
+            (c.target.effect, type(c.target), fields_of(c.target), e.static, c.wrappers)
+            for c, e in zip(chains, exports, strict=True)
         )
 
     @property
@@ -111,7 +124,8 @@ class Plan:
         ]
 
     def rebuild(self, dynamic: Sequence[tuple[Any, Any]]) -> tuple[Handler[Any], ...]:
-        """The inner handlers, from each handler's ``(const, carry)`` inside."""
+        """The inner handlers, from each handler's ``(const, carry)`` inside (to be
+        installed as `Slot.wrap` makes them)."""
         return tuple(
             s.cls.rebuild(s.effect, s.static, const, carry)
             for s, (const, carry) in zip(self.slots, dynamic, strict=True)

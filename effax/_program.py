@@ -31,8 +31,10 @@ from ._boundary import check_no_ref_out, placeholder, zeros_like
 from ._effect import Effect, declared_row
 from ._environment import Environment, Exports, Resolved, export_of, plan_of
 from ._inside import outcomes_of, passed_through, run_inside
+from ._intercept import wrapped
 from ._plumb import Transform, apply_transform, normalize_transform, traces_numbers
 from ._protocol import Export, Handler, Outcome
+from ._visible import chain_of
 
 __all__ = ["LOCK", "Function", "Layout", "Pending", "Program", "Retrace", "pending"]
 
@@ -341,7 +343,7 @@ class Function:
                 flat[plan.n_in :],
                 kwargs,
                 track=used,
-                standins=_standins(program, {} if pending is None else pending.exports),
+                standins=_standins(program, Exports() if pending is None else pending.exports),
                 recorder=missing,
             )
             outcomes = outcomes_of(
@@ -455,14 +457,15 @@ def _standins(program: Program, exports: Exports) -> list[Handler[Any]]:
             continue
         if _context.obstacle(effect, entry, track=False, through=1) is not None:
             continue
-        handler = entry[0]
         with _trace.under(_context.home_trace(entry[1])):
-            export = export_of(handler, exports)
+            chain = chain_of(entry[0], exports.chains)
+            export = export_of(chain.target, exports)
         # Zeros for tracers: a stand-in must not close over another trace (a
         # cached inner trace would keep it), and its values are never used (a
         # lookup drops this trace).
         const, carry = jax.tree.map(placeholder, (export.const, export.carry))
-        standins.append(type(handler).rebuild(effect, export.static, const, carry))
+        target = type(chain.target).rebuild(effect, export.static, const, carry)
+        standins.append(wrapped(chain.wrappers, effect, target))
     return standins
 
 

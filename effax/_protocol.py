@@ -231,13 +231,27 @@ class Handler(abc.ABC, Generic[E]):
     # with that handler, and has no state of its own there.
     forwards: ClassVar[bool] = False
 
+    _effax_no_rebuild: ClassVar[bool] = False  # it lacks `rebuild` (`__init_subclass__`)
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        if cls._effax_no_rebuild:
+            raise EffectTypeError(
+                f"{cls.__name__} cannot be created: a handler that crosses traced "
+                "boundaries must define `rebuild` (a classmethod making the handler "
+                "installed inside a traced region from what `export` sent). A handler "
+                "that only forwards to the handler outside it subclasses effax.Interceptor "
+                "instead, and needs none."
+            )
         self = super().__new__(cls)
         object.__setattr__(self, "_effax_home", _trace.current_trace_ref())
         return self
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # required of every handler but an interceptor (its chain's target crosses)
+        cls._effax_no_rebuild = (
+            not cls.forwards and getattr(cls.rebuild, "__func__", None) is _REBUILD
+        )
         fields = cls.__dict__.get("fields")
         if isinstance(fields, Fields):
             for role, name in fields._asdict().items():
@@ -272,14 +286,6 @@ class Handler(abc.ABC, Generic[E]):
         `handler`, or forwards to it. The runtime asks it to find where a handler
         reached by forwarding is installed (for the trace safety of its writes)."""
         return self is handler
-
-    def forwarded_to(self) -> Handler[Any] | None:
-        """The handler that crosses a traced boundary in this one's place, or None:
-        one whose `export` and `outcome` this handler's are, its static export
-        wrapped in this one's as ``(..., ..., (type, static))`` (an interceptor:
-        the handler it forwards to). The warm path of a compiled call then reads
-        and writes that handler's fields directly."""
-        return None
 
     def forwards_outward(self) -> bool:
         """Whether what this handler forwards goes to the handler installed outside
@@ -366,9 +372,11 @@ class Handler(abc.ABC, Generic[E]):
         )
 
     @classmethod
-    @abc.abstractmethod
     def rebuild(cls: type[H], effect: Any, static: Any, const: PyTree, carry: PyTree) -> H:
-        """The handler to install inside a traced region, from what `export` sent."""
+        """The handler to install inside a traced region, from what `export` sent.
+        Required: a class that does not define it cannot be created (but an
+        `effax.Interceptor`, which never crosses itself)."""
+        raise NotImplementedError(cls.__name__)
 
     def outcome(self, *, carry_required: bool) -> Outcome:
         """What comes out; `carry_required` is true in loop bodies and cond branches.
@@ -458,6 +466,8 @@ class Handler(abc.ABC, Generic[E]):
     def __exit__(self, *exc_info: object) -> None:
         _context.exit_block(self)
 
+
+_REBUILD = Handler.__dict__["rebuild"].__func__
 
 # `handler.fields`, typed: `Handler` declares `fields` to the type checkers only
 # through the subclass that sets it (see `Handler.fields`)

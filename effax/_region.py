@@ -27,6 +27,7 @@ from ._context import Entry
 from ._effect import Effect, declared_row
 from ._errors import EffectUsageError
 from ._inside import outcomes_of, passed_through, run_inside
+from ._intercept import Chain
 from ._plan import Plan
 from ._protocol import BatchPolicy, Export, Handler, Outcome
 from ._visible import outer_handlers
@@ -63,28 +64,32 @@ class Region:
             # effect visible there, which the bodies' rows do not name: plumb them all
             if any((e := self.stack.get(effect)) and e[0].forwards for effect in row):
                 row = None
-        handlers = outer_handlers(self.stack, row=row)
+        # (for an interceptor, its chain: the handler it reaches crosses alone)
+        chains = outer_handlers(self.stack, row=row)
         self.policy = policy
         exports_axes: list[tuple[Export, int | None]]
         if policy is None:
-            exports_axes = [(h.export(), None) for h in handlers]
+            exports_axes = [(c.target.export(), None) for c in chains]
         else:
-            exports_axes = [h.batch_export(policy) for h in handlers]
+            exports_axes = [c.target.batch_export(policy) for c in chains]
         # Handlers whose values cannot be inputs stay outside; performing one inside
         # raises an error naming it.
         self.blocked: dict[Effect[Any], Entry] = {}
         self.handlers: list[Handler[Any]] = []
+        plumbed: list[Chain] = []
         exports: list[Export] = []
         self.carry_axes: list[int | None] = []
-        for handler, (export, axis) in zip(handlers, exports_axes, strict=True):
+        for chain, (export, axis) in zip(chains, exports_axes, strict=True):
+            handler = chain.target
             why = unplumbable(handler.effect, export, name, keyed=False, refs=refs)
             if why is None:
                 self.handlers.append(handler)
+                plumbed.append(chain)
                 exports.append(export)
                 self.carry_axes.append(axis)
             else:
                 self.blocked[handler.effect] = (handler, Uncompilable(why))
-        self.plan = Plan.of(self.handlers, exports)
+        self.plan = Plan.of(plumbed, exports)
         self.consts = [e.const for e in exports]
         # refs cross by closure: each carry crosses without them (`pin`)
         pinned = [pin(strong(e.carry)) for e in exports]

@@ -2,19 +2,38 @@
 
 A region (a loop body, a branch, a batched or differentiated function, a compiled
 call before it knows its row) plumbs the handlers visible at its call that can be
-used there: `_context.obstacle` decides for each stack entry.
+used there: `_context.obstacle` decides for each stack entry. For an interceptor,
+what is plumbed is its chain (`_intercept.chain_of`): the handler it reaches, and
+the interceptors as static wrappers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
-from . import _context
+from . import _context, _intercept
 from ._effect import Effect, raise_obstacle
+from ._intercept import Chain
 from ._protocol import Handler
 
-__all__ = ["outer_handlers"]
+__all__ = ["Chains", "chain_of", "outer_handlers"]
+
+# The chains of one call or region, by the identity of the handler found: each
+# resolved once.
+Chains = MutableMapping[int, Chain]
+
+
+def chain_of(handler: Handler[Any], chains: Chains | None = None) -> Chain:
+    """`handler`'s chain (`_intercept.chain_of`), resolved once per `chains`."""
+    if not handler.forwards:  # (no interceptor: nothing to resolve)
+        return Chain(handler, ())
+    if chains is None:
+        return _intercept.chain_of(handler)
+    chain = chains.get(id(handler))
+    if chain is None:
+        chain = chains[id(handler)] = _intercept.chain_of(handler)
+    return chain
 
 
 def outer_handlers(
@@ -22,8 +41,10 @@ def outer_handlers(
     *,
     skip: Iterable[Effect[Any]] = (),
     row: Iterable[Effect[Any]] | None = None,
-) -> list[Handler[Any]]:
-    """The handlers around the call that a region may plumb in.
+    chains: Chains | None = None,
+) -> list[Chain]:
+    """The chains of the handlers around the call that a region may plumb in
+    (resolved once per `chains`, if given).
 
     With `row` (the effects the region is known to perform), only those, in that
     order; an effect of the row whose handler cannot be used here raises the error
@@ -32,7 +53,7 @@ def outer_handlers(
     Handlers hidden by a `Blocked` marker are never plumbed.
     """
     skip = frozenset(skip)
-    handlers: list[Handler[Any]] = []
+    handlers: list[Chain] = []
     # `row` may grow while another thread traces: iterate over a snapshot.
     for effect in stack if row is None else tuple(row):
         if effect in skip:
@@ -42,7 +63,7 @@ def outer_handlers(
             continue
         why = _context.obstacle(effect, entry, track=row is not None)
         if why is None:
-            handlers.append(entry[0])
+            handlers.append(chain_of(entry[0], chains))
         elif row is not None and not isinstance(why, _context.Blocked):
             _context.note_missing(effect)
             raise_obstacle(effect, why)

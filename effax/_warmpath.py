@@ -75,7 +75,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEAD",
-    "delegate",
     "Form",
     "Template",
     "entry_form",
@@ -84,7 +83,6 @@ __all__ = [
     "general_template",
     "make_function",
     "template",
-    "warm_key_of",
 ]
 
 # The environment's head, in order; the handlers and the template's constants follow.
@@ -253,25 +251,6 @@ def _name(attribute: str | None) -> str | None:
     return attribute
 
 
-def delegate(handler: Handler[Any], static: Hashable = None) -> tuple[Handler[Any], Hashable]:
-    """The handler the warm path reads and writes for `handler`, and its static
-    export where `static` is `handler`'s: `handler` itself, or, through each
-    `Handler.forwarded_to` (an interceptor), the handler it forwards to (under one
-    stack, the same one every call)."""
-    while (inner := handler.forwarded_to()) is not None:
-        # (an interceptor's static export ends with its target's: `Interceptor._wrap`)
-        wrapped = static[-1] if isinstance(static, tuple) else None
-        handler, static = inner, None if wrapped is None else wrapped[1]
-    return handler, static
-
-
-def warm_key_of(handler: Handler[Any]) -> Hashable:
-    """What the warm path's code depends on of `handler`: its fields (or, for one
-    that forwards, its delegate's class and fields)."""
-    target, _ = delegate(handler)
-    return fields_of(handler) if target is handler else (type(target), fields_of(target))
-
-
 def _inline_fields(cls: type[Handler[Any]], fields: Fields | None, method: str) -> Fields | None:
     """The fields of a handler of class `cls`, if the class uses `Handler`'s
     derived `method` and every field can be written into code."""
@@ -298,23 +277,18 @@ class _Code:
         return name
 
 
-def _reads(
-    code: _Code, plan: Plan, handlers: Sequence[Handler[Any]]
-) -> tuple[list[str], list[str], list[str]]:
-    """How the warm path reads each plumbed handler (its `delegate`): statements,
+def _reads(code: _Code, plan: Plan) -> tuple[list[str], list[str], list[str]]:
+    """How the warm path reads each plumbed handler: statements,
     the checks of the static exports (compared by identity first, as a static
     export rarely changes, then as jax.jit compares static arguments: same type
     and equal), and the input expressions in the plan's order."""
     body: list[str] = []
     checks: list[str] = []
     inputs: list[str] = []
-    for i, (slot, handler) in enumerate(zip(plan.slots, handlers, strict=True)):
+    for i, slot in enumerate(plan.slots):
         h = f"_fxh{i}"
-        target, value = delegate(handler, slot.static)
-        direct = target is handler
-        f = _inline_fields(slot.cls, slot.fields, "export") if direct else None
-        if not direct:
-            f = _inline_fields(type(target), fields_of(target), "export")
+        value = slot.static
+        f = _inline_fields(slot.cls, slot.fields, "export")
         static_expr: str | None
         if f is None:
             body.append(f"_fxe{i} = {h}.export()")
@@ -322,10 +296,7 @@ def _reads(
             inputs += [f"_fxe{i}[1]"] * slot.has_const + [f"_fxe{i}[2]"] * slot.has_carry
         else:
             static_expr = None if f.static is None else f"{h}.{f.static}"
-            if direct:
-                inputs += [f"{h}.{name}" for name in (f.const, f.carry) if name is not None]
-            else:  # the slot of a forwarding handler passes both parts
-                inputs += ["None" if name is None else f"{h}.{name}" for name in (f.const, f.carry)]
+            inputs += [f"{h}.{name}" for name in (f.const, f.carry) if name is not None]
         if static_expr is not None:
             s, t = code.constant(value, f"_fxS{i}"), code.constant(type(value), f"_fxT{i}")
             body.append(f"_fxv{i} = {static_expr}")
@@ -356,9 +327,8 @@ def _writes(
             carry, n_parts = f"_fxc{n_parts}", n_parts + 1
         if has_values:
             values, n_parts = f"_fxc{n_parts}", n_parts + 1
-        target, _ = delegate(handler)
-        f = _inline_fields(type(target), fields_of(target), "absorb")
-        refuses = type(target).overrides("check_absorb")
+        f = _inline_fields(type(handler), fields_of(handler), "absorb")
+        refuses = type(handler).overrides("check_absorb")
         if refuses or (f is None and (static is not None or has_carry or has_values)):
             t = code.constant(static, f"_fxO{i}")
             if "_fxOutcome" not in code.names:
@@ -418,7 +388,7 @@ def template(
     scalars). Run it in an `environment`.
     """
     code = _Code()
-    body, checks, inputs = _reads(code, plan, handlers)
+    body, checks, inputs = _reads(code, plan)
     if box is not None and inputs:
         boxed = code.constant(box, "_fxbox")
         inputs = [f"{boxed}({x})" for x in inputs]
@@ -464,5 +434,4 @@ def environment(code: Template, handlers: Sequence[Handler[Any]], **head: Any) -
     """The environment `code` runs with: its token, then the rest of `HEAD` (given
     by name), the handlers and the template's constants."""
     head["token"] = code.token
-    targets = [delegate(h)[0] for h in handlers]
-    return (*(head[name] for name in HEAD), *targets, *code.constants)
+    return (*(head[name] for name in HEAD), *handlers, *code.constants)

@@ -34,15 +34,13 @@ def outer_homes(stack: _context.Stack, handlers: Sequence[Handler[Any]]) -> list
     trace = _trace.current_trace_ref()
     homes: list[Home | None] = []
     for handler in handlers:
-        # what is written is written into the handler it forwards to, if any
-        target = handler
-        while (inner := target.forwarded_to()) is not None:
-            target = inner
-        entry = next((e for e in _context.chain(stack, handler.effect) if e[0] is target), None)
+        # (a plumbed handler is the one an interceptor chain reaches: installed
+        # under the interceptors, or held by one given to `handle`)
+        entry = next((e for e in _context.chain(stack, handler.effect) if e[0] is handler), None)
         if entry is not None:
             home, own = _context.home_trace(entry[1]), False
         else:
-            home, own = home_of(target), True
+            home, own = home_of(handler), True
         homes.append(None if home is None or home is trace else Home(home, own))
     return homes
 

@@ -227,3 +227,77 @@ def test_one_helper_compares_structure_shapes_and_dtypes():
         }
         assert not {"_signature", "_describe"} & defined, f"{path.name}: use _boundary.signature"
     assert "signature" in top_level_names(EFFAX / "_boundary.py")[0]
+
+
+# --- interceptors cross traced boundaries as static wrappers (issue 40, item 2) -------
+
+# The hooks a handler crosses a traced boundary with, and those of the families
+# (taps, differentiation, snapshots) that `Interceptor` once mirrored to forward.
+_CROSSING_HOOKS = {
+    "export",
+    "rebuild",
+    "outcome",
+    "absorb",
+    "batch_export",
+    "batch_absorb",
+    "align_branch",
+    "stacks_in_program_order",
+    "check_absorb",
+    "differentiates",
+    "begin_probe",
+    "perturbations",
+    "perturb",
+    "with_cotangents",
+    "snapshot",
+    "snapshot_like",
+    "check_snapshot",
+    "restore",
+    "forwarded_to",
+}
+
+
+def _class_members(path, name):
+    """The names a class of the module at `path` defines in its body."""
+    (cls,) = [
+        n
+        for n in ast.parse(path.read_text()).body
+        if isinstance(n, ast.ClassDef) and n.name == name
+    ]
+    return {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)} | {
+        t.id
+        for n in cls.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
+
+def test_interceptor_defines_no_crossing_hook():
+    """What an interceptor chain reaches crosses; the chain is re-made around it
+    inside from static wrappers (`_intercept.chain_of`, `Plan`)."""
+    import effax
+
+    defined = _class_members(EFFAX / "_intercept.py", "Interceptor")
+    assert not defined & _CROSSING_HOOKS, sorted(defined & _CROSSING_HOOKS)
+    assert not set(vars(effax.Interceptor)) & _CROSSING_HOOKS
+    assert "forwarded_to" not in _class_members(EFFAX / "_protocol.py", "Handler")
+
+
+def test_the_warm_path_reads_nothing_of_interceptors():
+    """`_warmpath` reads and writes the plumbed handlers alone (a chain's target):
+    it imports nothing of `_intercept` and decodes no interceptor's export."""
+    path = EFFAX / "_warmpath.py"
+    imported = {
+        node.module or ""
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert not {"_intercept", "Interceptor", "chain_of"} & imported, imported
+    code = path.read_text()
+    for word in ("_intercept", "Interceptor", "forwarded_to", "delegate", "static[-1]"):
+        assert word not in code, f"_warmpath.py mentions {word!r}"
