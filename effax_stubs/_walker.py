@@ -172,9 +172,12 @@ class Walker:
         # calls it (which may be under its own handler, or later): not here. Handed
         # to anything else (an effax operation, JAX, a builtin) it counts here.
         user_function = _user_function(node.callee)
+        # An interceptor's functions are handler code: they run where the interceptor
+        # is installed, under the handlers outside it, which are not known here.
+        handler_code = name == "intercept"
         for child in [node.callee, *node.args]:
             if isinstance(child, LambdaExpr):
-                if child is not skip and not user_function:
+                if child is not skip and not user_function and not handler_code:
                     self.visit(child.body)  # a lambda counts where it is handed over
             else:
                 self.visit(child)

@@ -39,11 +39,16 @@ class PPL(fx.Effect["Sampler"]):
 
     def sample(self, name: str, fn: dist.Distribution, obs: Any = None) -> jax.Array:
         _refuse_numpyro_handlers("sample", name)
-        return self.handler().sample(name, fn, obs)
+        value = self.handler().sample(name, fn, obs, _position())
+        # the site's log density, through the handlers from the site's (scaled, masked,
+        # hidden by block): performed here, since a handler's code runs where it is
+        # installed and would reach only the handlers outside it
+        self.factor(name, fn.log_prob(value))
+        return value
 
     def param(self, name: str, init: jax.Array) -> jax.Array:
         _refuse_numpyro_handlers("param", name)
-        return self.handler().param(name, init)
+        return self.handler().param(name, init, _position())
 
     def factor(self, name: str, log_prob: jax.Array) -> None:
         _refuse_numpyro_handlers("factor", name)
@@ -86,22 +91,32 @@ log_joint = fx.State[jax.Array]("ppl.log_joint")  # what the factors add up to
 sites = fx.Emit[dict[str, jax.Array]]("ppl.sites")  # what `trace` records
 step = fx.Ask[jax.Array]("ppl.step")  # the step of `scan`, for stacked sites
 scan_length = fx.Ask[int]("ppl.scan_length", static=True)  # and its number of steps
+# Where a site is performed: its `scan` step and the number of steps, or None outside
+# a scan. Read by the performer and passed with the site, as NumPyro's messages carry
+# it: a handler's code runs where the handler is installed (outside the scan), so it
+# sees the scan's `step` only through the site.
+Position = tuple[jax.Array, int] | None
+
+
+def _position() -> Position:
+    try:
+        return step.ask(), scan_length.ask()
+    except fx.UnhandledEffectError:  # outside a scan
+        return None
 
 
 @attrs.define(eq=False)
 class Sampler(fx.Handler[PPL]):
-    """The base handler (under `seed`): draws latent sites from `rng`, passes each
-    site's log density back through the chain as a `factor`, adds factors up."""
+    """The base handler (under `seed`): draws latent sites from `rng` and adds up the
+    factors (each site's log density among them, which `PPL.sample` adds)."""
 
     effect: PPL
     fields = fx.Fields()  # nothing of its own crosses a compiled boundary
 
-    def sample(self, name: str, fn: dist.Distribution, obs: Any) -> jax.Array:
-        value = fn.sample(rng.next_key()) if obs is None else obs
-        ppl.factor(name, fn.log_prob(value))  # from the innermost handler
-        return value
+    def sample(self, name: str, fn: dist.Distribution, obs: Any, at: Position) -> jax.Array:
+        return fn.sample(rng.next_key()) if obs is None else obs
 
-    def param(self, name: str, init: jax.Array) -> jax.Array:
+    def param(self, name: str, init: jax.Array, at: Position) -> jax.Array:
         return init
 
     def factor(self, name: str, log_prob: jax.Array) -> None:
@@ -128,17 +143,20 @@ def seed(key: int | jax.Array) -> fx.Handlers:
 
 
 def _at(
-    kind: str, name: str, value: Any, site_ndim: int, draw: Callable[[], jax.Array] | None
+    kind: str,
+    name: str,
+    value: Any,
+    site_ndim: int,
+    at: Position,
+    draw: Callable[[], jax.Array] | None,
 ) -> Any:
-    """`value` at the current step inside `scan`, by NumPyro's rule
+    """`value` at the site's step `at` inside `scan`, by NumPyro's rule
     (`contrib.control_flow.scan`): a value of the site's own rank is the same at every
     step; one with a leading axis more is a series, whose row t is taken while t is
     below its length and `draw()` (a fresh sample) after it. Outside a scan: `value`."""
-    try:
-        t = step.ask()
-    except fx.UnhandledEffectError:  # outside a scan
+    if at is None:
         return value
-    length, value = scan_length.ask(), jnp.asarray(value)
+    (t, length), value = at, jnp.asarray(value)
     where = f"ppl.{kind}'s value for site {name!r}"
     if value.ndim == site_ndim:
         return value
@@ -167,8 +185,8 @@ def _at(
     return jnp.where(t < n, value[jnp.minimum(t, n - 1)], fresh)
 
 
-def _recorded(outer: Any, name: str, fn: dist.Distribution, obs: Any) -> jax.Array:
-    value = outer.sample(name, fn, obs)
+def _recorded(outer: Any, name: str, fn: dist.Distribution, obs: Any, at: Position) -> jax.Array:
+    value = outer.sample(name, fn, obs, at)
     sites.emit({name: value})
     return value
 
@@ -201,22 +219,23 @@ class _Given:
     def _interceptor(kind: str, ask: fx.Ask[dict[str, jax.Array]]) -> fx.Interceptor[PPL]:
         if kind == "substitute":
 
-            def param_(outer: Any, name: str, init: jax.Array) -> Any:
+            def param_(outer: Any, name: str, init: jax.Array, at: Position) -> Any:
                 values = ask.ask()
                 if name not in values:
-                    return outer.param(name, init)
-                return _at(kind, name, values[name], jnp.ndim(init), None)
+                    return outer.param(name, init, at)
+                return _at(kind, name, values[name], jnp.ndim(init), at, None)
 
             return fx.intercept(ppl, param=param_)
 
-        def sample_(outer: Any, name: str, fn: dist.Distribution, obs: Any) -> Any:
+        def sample_(outer: Any, name: str, fn: dist.Distribution, obs: Any, at: Position) -> Any:
             values = ask.ask()
             if name not in values:
-                return outer.sample(name, fn, obs)
+                return outer.sample(name, fn, obs, at)
             # a series shorter than the scan: observed while it lasts, sampled after
             # (the site stays observed, so a drawn step's density counts too, as in NumPyro)
             draw = lambda: fn.sample(rng.next_key())
-            return outer.sample(name, fn, _at(kind, name, values[name], len(fn.shape()), draw))
+            given = _at(kind, name, values[name], len(fn.shape()), at, draw)
+            return outer.sample(name, fn, given, at)
 
         return fx.intercept(ppl, sample=sample_)
 

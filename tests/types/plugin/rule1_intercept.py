@@ -64,3 +64,16 @@ with log.collect(), half:
     log.emit(2.0)
 with half:
     log.emit(2.0)  # E: effax-unhandled: Effect "log" is performed at module level
+
+
+# case: an interceptor's function is handler code: it runs where the interceptor is installed, under the handlers outside it, not checked where it is written
+counting = fx.intercept(log, emit=lambda outer, v: (steps.modify(lambda n: n + 1), outer.emit(v))[1])
+with steps.init(0), log.collect(), counting:
+    log.emit(1.0)
+
+
+# case: the same inside a function with a row: not the function's effect
+@fx.uses(log)
+def counted() -> None:
+    with fx.intercept(log, emit=lambda outer, v: (steps.set(1), outer.emit(v))[1]):
+        log.emit(1.0)
