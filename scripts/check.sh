@@ -4,7 +4,8 @@
 #   (the examples, tests/types/, the docs' code cells); the wheel, installed into a
 #   fresh environment and smoke-tested outside the checkout (scripts/wheel_smoke.sh);
 #   the test suite (docstring examples included) on the default python3 (jax 0.10.x
-#   on 3.11) and on a Python 3.12 (jax 0.12.x); the core transparency suite
+#   on 3.11) and on a Python 3.12 (jax 0.12.x; all but JAX_INDEPENDENT below, which
+#   tests no JAX behaviour); the core transparency suite
 #   (CORE_SUITE below) on Python 3.12 with jax 0.11.x; then the documentation site
 #   (docs/), every page executed, warnings as errors. Each environment's jax and
 #   jaxlib are pinned (JAX_* below), so every run tests the same versions.
@@ -53,6 +54,12 @@ CORE_SUITE=(
   tests/test_effects.py tests/test_context_var.py tests/test_sharding.py
   tests/test_properties.py tests/test_compositions.py
 )
+# What tests no JAX behaviour, run once, on the default environment only: the mypy
+# plugin's corpus (mypy's own checks of effax under jax 0.12 run above it), its
+# tables of the API, the package's layout and its version.
+JAX_INDEPENDENT=(
+  tests/test_mypy_plugin.py tests/test_plugin_tables.py tests/test_layout.py tests/test_version.py
+)
 export XLA_FLAGS="${XLA_FLAGS:---xla_force_host_platform_device_count=8}"
 
 PY_DEFAULT="$(command -v python3)"
@@ -63,28 +70,47 @@ if ! PY312="$(find_py312)"; then
   exit 3
 fi
 
+# The Python 3.12 environments are made in the background while the default one is
+# made and checked (pip waits mostly on the network and the disk); each is waited for
+# where it is first used, and its log shown if it failed.
+logs="$(mktemp -d)"
+make_env py312 "$PY312" "[dev,docs]" "jax==$JAX_PY312" "jaxlib==$JAX_PY312" >"$logs/py312" 2>&1 &
+pid_py312=$!
+make_env py312-jax011 "$PY312" "[test]" "jax==$JAX_MIDDLE" "jaxlib==$JAX_MIDDLE" >"$logs/py312-jax011" 2>&1 &
+pid_py312_jax011=$!
+await_env() {  # await_env NAME PID
+  if ! wait "$2"; then
+    cat "$logs/$1" >&2
+    echo "ERROR: making .venvs/$1 failed (its pip output is above)." >&2
+    exit 1
+  fi
+  cat "$logs/$1"
+}
 make_env default "$PY_DEFAULT" "[dev,docs]" "jax==$JAX_DEFAULT" "jaxlib==$JAX_DEFAULT"
-make_env py312 "$PY312" "[dev,docs]" "jax==$JAX_PY312" "jaxlib==$JAX_PY312"
-make_env py312-jax011 "$PY312" "[test]" "jax==$JAX_MIDDLE" "jaxlib==$JAX_MIDDLE"
 
 echo "==> ruff"
 .venvs/default/bin/ruff check .
 .venvs/default/bin/ruff format --check .
 echo "==> mypy --strict effax/ effax_stubs/"
 .venvs/default/bin/mypy --strict effax effax_stubs
-.venvs/py312/bin/mypy --strict effax effax_stubs
-echo "==> pyright: examples/, tests/types/, the docs' code cells (with each JAX's annotations)"
-for env in .venvs/default .venvs/py312; do
-  "$env/bin/pyright" --pythonpath "$env/bin/python"
-  "$env/bin/python" scripts/pyright_docs.py
-done
+echo "==> pyright: examples/, tests/types/, the docs' code cells (with jax $JAX_DEFAULT's annotations)"
+.venvs/default/bin/pyright --pythonpath .venvs/default/bin/python
+.venvs/default/bin/python scripts/pyright_docs.py
 
 # the wheel a user installs, in a fresh environment without the checkout (about 30 s)
 bash scripts/wheel_smoke.sh "$JAX_DEFAULT"
 
 # 500 generated programs per generator on the default JAX, 100 on each of the others
 run_suite default ci
-run_suite py312 ci-small
+
+await_env py312 "$pid_py312"
+echo "==> mypy --strict and pyright with jax $JAX_PY312"
+.venvs/py312/bin/mypy --strict effax effax_stubs
+.venvs/py312/bin/pyright --pythonpath .venvs/py312/bin/python
+.venvs/py312/bin/python scripts/pyright_docs.py
+run_suite py312 ci-small "${JAX_INDEPENDENT[@]/#/--ignore=}"
+
+await_env py312-jax011 "$pid_py312_jax011"
 run_suite py312-jax011 ci-small "${CORE_SUITE[@]}"
 echo "==> docs: every page executed, warnings as errors"
 .venvs/default/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html

@@ -17,6 +17,13 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_debug_key_reuse", True)
 
 
+def pytest_collection_modifyitems(items):
+    """The longest tests (`runs_long`: the shards of generated programs, near a minute
+    each) run first, so that pytest-xdist's workers end together rather than one
+    running a late shard while the others idle. The order is otherwise kept."""
+    items.sort(key=lambda item: item.get_closest_marker("runs_long") is None)
+
+
 @pytest.fixture(autouse=True)
 def _check_leaks(request):
     """Every test runs under jax.checking_leaks(): no tracer outlives its trace.

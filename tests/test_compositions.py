@@ -1286,6 +1286,7 @@ def summary(failures, checked):
     "shard",
     [pytest.param(i, marks=[pytest.mark.uses_jit_cache] if i else []) for i in range(SHARDS)],
 )
+@pytest.mark.runs_long
 def test_random_compositions_are_transparent(shard):
     """Every program of this shard, eager and under fx.jit, matches the reference."""
     failures = []

@@ -367,6 +367,7 @@ def programs_of(shard: int, total: int) -> int:
     "shard",
     [pytest.param(i, marks=[pytest.mark.uses_jit_cache] if i else []) for i in range(SHARDS)],
 )
+@pytest.mark.runs_long
 def test_compiled_program_matches_eager(shard):
     """The profile's number of programs for this shard, each checked in its
     environments. The count is pinned: a run that checked fewer fails."""
