@@ -22,6 +22,7 @@ from ._errors import (
     UndeclaredEffectError as UndeclaredEffectError,
     UnhandledEffectError as UnhandledEffectError,
 )
+from ._grad import grad as grad, value_and_grad as value_and_grad
 from ._handle import Compiled as Compiled, handle as handle, jit as jit
 from ._handlers import Handlers as Handlers, handlers as handlers
 from ._intercept import Interceptor as Interceptor, intercept as intercept
@@ -52,13 +53,7 @@ from ._snapshot import (
 from ._state import State as State, StateCell as StateCell
 from ._state_dict import StateDict as StateDict, StateDictCell as StateDictCell
 from ._tap import Ignorer as Ignorer, Replacer as Replacer, Tap as Tap
-from ._transforms import (
-    checkpoint as checkpoint,
-    grad as grad,
-    shard_map as shard_map,
-    value_and_grad as value_and_grad,
-    vmap as vmap,
-)
+from ._transforms import checkpoint as checkpoint, shard_map as shard_map, vmap as vmap
 from ._uses import uses as uses
 
 __all__ = [

@@ -18,7 +18,8 @@ compiled call returns none (`check_no_ref_out`).
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, NoReturn
+from collections.abc import Callable
+from typing import Any, NamedTuple, NoReturn, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +32,7 @@ from ._errors import EffectTypeError, StateTypeError
 from ._protocol import Export, Outcome
 
 __all__ = [
+    "GrowingCarry",
     "Pinned",
     "Uncompilable",
     "Signature",
@@ -145,13 +147,30 @@ class Uncompilable(Blocked):
         raise EffectTypeError(self.message)
 
 
+@runtime_checkable
+class GrowingCarry(Protocol):
+    """A handler whose carry may gain entries in a region that is not a loop body or
+    a cond branch (a `StateDict` cell: an entry created inside a compiled call)."""
+
+    @staticmethod
+    def carry_entered(before: Any, after: Any) -> Any:
+        """Of `after`, a carry that came out of a region, the part that stands for
+        `before`, the carry that went in (`after` if it did not grow)."""
+        ...
+
+
 def check_outcome(
-    effect: Effect[Any], carry: Any, outcome: Outcome, where: str | None, *, grows: bool
+    effect: Effect[Any],
+    carry: Any,
+    outcome: Outcome,
+    where: str | None,
+    *,
+    grows: Callable[[Any, Any], Any] | None,
 ) -> None:
     """Refuse an inner handler's `outcome` that cannot leave `where` (a traced
     region, named for messages; None: an eager region), or whose carry changed
-    type from `carry` (with `grows`, a region that is not a loop: a dict carry may
-    gain entries)."""
+    type from `carry` (but for growth, where `grows`: a `GrowingCarry`'s
+    `carry_entered`, in a region that is not a loop)."""
     if where is not None:
         _check_same_refs(effect, carry, outcome.carry, where)
     leaf = None
@@ -165,9 +184,7 @@ def check_outcome(
             f"arrays or Python numbers. Convert it to an array, or perform "
             f"{effect!r} outside {where}."
         )
-    after = outcome.carry
-    if grows and type(carry) is dict and type(after) is dict and carry.keys() <= after.keys():
-        after = {name: after[name] for name in carry}
+    after = outcome.carry if grows is None else grows(carry, outcome.carry)
     check_carry(effect, carry, after)
 
 
@@ -345,12 +362,10 @@ def zeros_like(aval: Any, *, traced: bool = False) -> Any:
 
 
 class Pinned(NamedTuple):
-    """The refs left out of a carry that crosses a region (`pin`): the carry, its
-    structure (None counted as a leaf) and each ref with its position."""
+    """The refs left out of a carry that crosses a region (`pin`), each with its
+    path in the carry (None counted as a leaf)."""
 
-    carry: Any
-    treedef: Any
-    refs: tuple[tuple[int, Any], ...]
+    refs: tuple[tuple[Any, Any], ...]
 
 
 def _is_none(x: Any) -> bool:
@@ -361,25 +376,19 @@ def pin(carry: Any) -> tuple[Any, Pinned | None]:
     """`carry` with each `jax.Ref` leaf replaced by None (what crosses a region as
     its carry: JAX carries no ref through a loop), and the refs left out (None if
     there are none: the carry crosses as it is)."""
-    leaves, treedef = jax.tree.flatten(carry, is_leaf=_is_none)
-    refs = tuple((i, x) for i, x in enumerate(leaves) if is_ref(x))
+    leaves = jax.tree_util.tree_flatten_with_path(carry, is_leaf=_is_none)[0]
+    refs = tuple((path, x) for path, x in leaves if is_ref(x))
     if not refs:
         return carry, None
-    kept = [None if is_ref(x) else x for x in leaves]
-    return jax.tree.unflatten(treedef, kept), Pinned(carry, treedef, refs)
+    return jax.tree.map(lambda x: None if is_ref(x) else x, carry, is_leaf=_is_none), Pinned(refs)
 
 
 def unpin(carry: Any, pinned: Pinned | None) -> Any:
-    """A carry `pin`ned to `pinned` with its refs put back (each body closes over
-    them; after the region, they are the refs that went in)."""
+    """A carry `pin`ned to `pinned` with its refs put back, each at its path (each
+    body closes over them; after the region, they are the refs that went in). A
+    carry that gained entries inside (a `StateDict`'s) keeps them as they are."""
     if pinned is None:
         return carry
-    leaves = jax.tree.leaves(carry, is_leaf=_is_none)
-    if len(leaves) != pinned.treedef.num_leaves:  # a dict carry that gained entries
-        before = pinned.carry
-        if type(carry) is dict and type(before) is dict:
-            return {k: unpin(v, pin(before[k])[1]) if k in before else v for k, v in carry.items()}
-        return carry
-    for i, ref in pinned.refs:
-        leaves[i] = ref
-    return jax.tree.unflatten(pinned.treedef, leaves)
+    refs = dict(pinned.refs)
+    put = lambda path, x: refs.get(path, x)
+    return jax.tree_util.tree_map_with_path(put, carry, is_leaf=_is_none)

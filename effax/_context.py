@@ -34,7 +34,6 @@ __all__ = [
     "here",
     "exit_block",
     "home_trace",
-    "installed_at",
     "mark_used",
     "note_missing",
     "obstacle",
@@ -318,8 +317,7 @@ def outside(stack: Stack, effect: Effect[Any]) -> Stack:
         if base.get(key) is not value:
             view[key] = value
     handler = entry[0]
-    if handler.forwards and not handler.forwards_outward():
-        # an interceptor holding the handler it forwards to (re-made inside a region)
+    if handler._effax_holds is not None:  # an interceptor made inside a region: holds it
         try:
             view[effect] = (handler.outer(), entry[1])
         except LookupError:  # none (UnhandledEffectError), or not usable here
@@ -379,21 +377,6 @@ def exit_block(owner: object) -> None:
             "handler in one `with` block of one thread or task."
         )
     _STACK.reset(stack.token)
-
-
-def installed_at(effect: Effect[Any], handler: Handler[Any]) -> Any:
-    """The trace ref of the entry through which `handler` (of `effect`) is
-    reached here (its own entry, or that of an interceptor forwarding to it), or
-    None if it is not reached from the current stack."""
-    stack = _STACK.get()
-    entry = stack.get(effect)
-    if entry is not None and entry[0] is handler:
-        ref = entry[1]
-    elif stack.runs is not None and stack.runs[0] is handler:  # its code, outside it
-        ref = stack.runs[1]
-    else:
-        ref = next((e[1] for e in chain(stack, effect) if e[0].reaches(handler)), None)
-    return None if isinstance(ref, Blocked) else ref
 
 
 # --- stack-entry markers ------------------------------------------------------------

@@ -21,8 +21,8 @@ body is not traced again, as with `jax.lax`'s own.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -43,14 +43,31 @@ from ._boundary import describe_signature, signature
 from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
 from ._plan import Plan
+from ._protocol import Outcome
 from ._region import Region
 
-__all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
+__all__ = ["Records", "cond", "fori_loop", "map", "scan", "switch", "while_loop"]
 
 C = TypeVar("C")
 X = TypeVar("X")
 Y = TypeVar("Y")
 R = TypeVar("R")
+
+
+@runtime_checkable
+class Records(Protocol):
+    """A handler whose outcomes record what ran (a tap recorder), as the loops and
+    branches here drive it: a reversed `scan` gives it its per-step values in the
+    order the steps ran (taps in program order; other handlers get them indexed like
+    `xs`, as `lax.scan` stacks them), and a `cond` / `switch` whose branches sent
+    out different static outcomes lays its outcome out alike in every branch."""
+
+    def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
+        """Inside one branch (called on the handler outside the cond): this branch's
+        `outcome`, from a handler rebuilt from this one, laid out so the branches'
+        outputs match, given every branch's static outcome (`statics`, None for a
+        branch not traced yet)."""
+        ...
 
 
 @_trace.api_boundary
@@ -107,7 +124,7 @@ def _scan(fns: list[Any], options: Any, init: Any, xs: Any) -> Any:
     steps = length if length is not None else len(jax.tree.leaves(xs)[0])
     if reverse:  # (lax.scan stacks per-step values like xs: last step first)
         values = [
-            jax.tree.map(lambda v: jnp.flip(v, 0), v) if h.stacks_in_program_order() else v
+            jax.tree.map(lambda v: jnp.flip(v, 0), v) if issubclass(type(h), Records) else v
             for h, v in zip(region.handlers, values, strict=True)
         ]
     region.absorb(carries, values, steps=steps)
@@ -282,7 +299,7 @@ def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands
     structures: list[Any] = [None for _ in branches]
     # The branches' static outcomes, once a first attempt traced them all and some
     # handler lays out its outcome alike in every branch from them (a recorder of
-    # taps: the sites of every branch, masked): `Handler.align_branch`.
+    # taps: the sites of every branch, masked): `Records.align_branch`.
     layout: list[list[Any]] | None = None
 
     def make(i: int, branch: Callable[..., R]) -> Callable[..., Any]:
@@ -291,9 +308,9 @@ def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands
             statics[i] = [o.static for o in outcomes]
             if layout is not None:
                 outcomes = [
-                    handler.align_branch(o, per_branch) if aligns else o
-                    for handler, o, per_branch, aligns in zip(
-                        region.handlers, outcomes, zip(*layout, strict=True), aligning, strict=True
+                    o if records is None else records.align_branch(o, per_branch)
+                    for records, o, per_branch in zip(
+                        aligning, outcomes, zip(*layout, strict=True), strict=True
                     )
                 ]
                 statics[i] = [o.static for o in outcomes]
@@ -303,7 +320,7 @@ def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands
 
         return run_branch
 
-    aligning = [type(h).overrides("align_branch") for h in region.handlers]
+    aligning = [cast(Records, h) if issubclass(type(h), Records) else None for h in region.handlers]
 
     def attempt() -> Any:
         # (new functions each attempt: JAX caches traced branches by identity)

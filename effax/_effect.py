@@ -39,8 +39,10 @@ __all__ = [
     "declare_row",
     "declared_at",
     "declared_row",
+    "installed_at",
     "leak_message",
     "raise_obstacle",
+    "reaches",
     "unsplit_message",
 ]
 
@@ -207,7 +209,7 @@ class Effect(Generic[H]):
         current = _trace.current_trace_ref()
         where = f"{self!r}.{operation}(...)" if operation else f"{self!r}'s handler"
         check_unleaked(value, "the value it stores", where)
-        ref = _context.installed_at(self, handler)
+        ref = installed_at(self, handler)
         if ref is not None and ref is not current:
             check_write(self, value, ref)
 
@@ -235,24 +237,50 @@ _MULTI_PROCESS = (
 )
 
 
+def reaches(handler: Handler[Any], target: Handler[Any]) -> bool:
+    """Whether what `handler` answers can reach `target`: it is `target`, or holds
+    (`Handler._effax_holds`) a chain of forwarding handlers that ends there."""
+    current: Handler[Any] | None = handler
+    while current is not target:
+        if current is None:
+            return False
+        current = current._effax_holds
+    return True
+
+
+def installed_at(effect: Effect[Any], handler: Handler[Any]) -> Any:
+    """The trace ref of the entry through which `handler` (of `effect`) is
+    reached here (its own entry, or that of an interceptor forwarding to it), or
+    None if it is not reached from the current stack."""
+    stack = _context.current_stack()
+    entry = stack.get(effect)
+    if entry is not None and entry[0] is handler:
+        ref = entry[1]
+    elif stack.runs is not None and stack.runs[0] is handler:  # its code, outside it
+        ref = stack.runs[1]
+    else:
+        ref = next((e[1] for e in _context.chain(stack, effect) if reaches(e[0], handler)), None)
+    return None if isinstance(ref, Blocked) else ref
+
+
 def _outer_entry(effect: Effect[Any], handler: Handler[Any]) -> _context.Entry | None:
     """The entry `handler` shadows in the chain of `effect` (see `outer_of`)."""
     entries = _context.chain(_context.current_stack(), effect)
     for entry in entries:
-        if entry[0].reaches(handler):
+        if reaches(entry[0], handler):
             outer = next(entries, None)
             # forwarding goes on outward through the stack while it meets handlers
             # that forward to the one installed outside them; meeting `handler`
             # again would forward forever
             further = outer
             while further is not None:
-                if further[0].reaches(handler):
+                if reaches(further[0], handler):
                     raise EffectUsageError(
                         f"{handler!r} is installed twice in the chain of handlers of "
                         f"{effect!r}, so the handler it forwards to is ambiguous (forwarding "
                         "would reach it again). Install it once, or create a second one."
                     )
-                if not further[0].forwards_outward():
+                if not further[0].forwards or further[0]._effax_holds is not None:
                     break
                 further = next(entries, None)
             return outer

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import jax
 
 from . import _context, _trace
-from ._boundary import check_outcome
+from ._boundary import GrowingCarry, check_outcome
 from ._context import Entry, Tracked
 from ._effect import Effect
 from ._plan import Plan
@@ -112,7 +112,11 @@ def outcomes_of(
     results = []
     for slot, (_, carry), handler in zip(plan.slots, dynamic, inner, strict=True):
         result = handler.outcome(carry_required=carry_required)
-        check_outcome(slot.effect, carry, result, where, grows=not carry_required)
+        # (a region that is not a loop: a carry may gain entries, a StateDict's)
+        grows = None
+        if not carry_required and issubclass(slot.cls, GrowingCarry):
+            grows = slot.cls.carry_entered
+        check_outcome(slot.effect, carry, result, where, grows=grows)
         results.append(result)
     return results
 

@@ -44,8 +44,6 @@ T = TypeVar("T")
 # part of a compiled call's cache key, compared by each function's identity.
 Operations = tuple[tuple[str, Callable[..., Any]], ...]
 
-_NO_OUTER = object()
-
 
 def _outer_required(interceptor: Interceptor[Any], what: str) -> NoReturn:
     """Raise the error of `interceptor` using the handler outside it (`what` does,
@@ -112,10 +110,12 @@ class Interceptor(Handler[E_co]):
 
     """
 
-    __slots__ = ("_ops", "_outer", "effect", "operations")
+    __slots__ = ("_effax_holds", "_ops", "effect", "operations")
     forwards = True
 
-    def __init__(self, effect: E_co, operations: Operations, outer: Any = _NO_OUTER) -> None:
+    def __init__(
+        self, effect: E_co, operations: Operations, outer: Handler[Any] | None = None
+    ) -> None:
         # It holds no arrays (its functions are static), so it may be installed
         # under any trace: it has no home trace to escape from.
         object.__setattr__(self, "_effax_home", None)
@@ -124,19 +124,19 @@ class Interceptor(Handler[E_co]):
         self._ops = dict(operations)
         # The handler it forwards to when it holds it itself: inside a traced
         # region, the one rebuilt there (an `Unreached`: none it could use), or
-        # one bound by `over`; `_NO_OUTER`: the one outside it on the stack.
-        self._outer = outer
+        # one bound by `over`; None: the one outside it on the stack.
+        self._effax_holds = outer
 
     def __repr__(self) -> str:
         names = ", ".join(f"{name}=..." for name, _ in self.operations)
         return f"effax.intercept({self.effect!r}, {names})"
 
     def outer(self: Interceptor[Effect[H_out]]) -> H_out:
-        outer = self._outer
-        if outer is _NO_OUTER:
+        outer = self._effax_holds
+        if outer is None:
             return super().outer()
         if not isinstance(outer, Unreached):
-            return outer  # type: ignore[no-any-return]
+            return outer  # type: ignore[return-value]
         if outer.why is not None:
             raise_obstacle(self.effect, outer.why)
         raise UnhandledEffectError(
@@ -146,12 +146,6 @@ class Interceptor(Handler[E_co]):
             "around it. An interceptor only reinterprets an operation; a handler "
             "outside it answers it."
         )
-
-    def reaches(self, handler: Handler[Any]) -> bool:
-        if self is handler:
-            return True
-        outer = self._outer
-        return isinstance(outer, Handler) and outer.reaches(handler)
 
     def over(self, handler: Handler[Any]) -> Interceptor[E_co]:
         """This interceptor, forwarding to `handler` wherever it is installed (not to
@@ -191,7 +185,7 @@ class Interceptor(Handler[E_co]):
         effect: Any,
         operations: Operations,
         parameters: tuple[tuple[str, Any], ...],
-        outer: Any,
+        outer: Handler[Any] | None,
     ) -> Interceptor[Any]:
         """An interceptor of this class over `outer`, made without ``__init__`` (a
         subclass's takes arguments of its own): the operations, then the subclass's
@@ -201,9 +195,6 @@ class Interceptor(Handler[E_co]):
         for name, value in parameters:
             object.__setattr__(self, name, value)
         return self
-
-    def forwards_outward(self) -> bool:
-        return self._outer is _NO_OUTER
 
     @property
     def batch_distinct(self) -> bool:  # type: ignore[override]
@@ -292,8 +283,8 @@ def chain_of(handler: Handler[Any]) -> Chain:
     wrappers: list[Wrapper] = []
     while isinstance(handler, Interceptor):
         wrappers.append(Wrapper(type(handler), handler.operations, handler.parameters()))
-        outer = handler._outer
-        if outer is _NO_OUTER:
+        outer = handler._effax_holds
+        if outer is None:
             outer, why = handler.effect.shadowed(handler, track="plumbing")
             if why is not None or outer is None:
                 outer = Unreached(handler.effect, why, outer is not None and outer.batch_distinct)

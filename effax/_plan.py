@@ -20,7 +20,7 @@ import jax
 
 from ._effect import Effect
 from ._intercept import Chain, Wrapper, wrapped
-from ._protocol import Export, Fields, Handler, fields_of
+from ._protocol import Export, Fields, Handler, derives, fields_of
 
 __all__ = ["Plan", "Slot"]
 
@@ -69,7 +69,7 @@ class Plan:
     ) -> None:
         slots = []
         for effect, cls, fields, static, wrappers in entries:
-            if fields is not None and not cls.overrides("export"):
+            if fields is not None and derives(cls, "export"):
                 has = (fields.const is not None, fields.carry is not None)
             else:
                 has = (True, True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import operator
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -21,8 +21,10 @@ from typing import (
     Literal,
     NamedTuple,
     NoReturn,
+    Protocol,
     Self,
     TypeVar,
+    runtime_checkable,
 )
 
 from . import _context, _trace
@@ -38,7 +40,9 @@ __all__ = [
     "Fields",
     "Handler",
     "Outcome",
+    "RefusesOutcomes",
     "check_home",
+    "derives",
     "fields_of",
     "home_of",
 ]
@@ -221,17 +225,24 @@ class Handler(abc.ABC, Generic[E]):
     # handler (built-in or user-defined) when it is made; see `check_home`.
     __slots__ = ("_effax_home",)
     effect: E
-    # Whether each element of a batch must get its own result from this handler (a
-    # key stream: the same key in every element would be a silent error). Such a
-    # handler is not read through a raw `jax.vmap`; `effax.vmap` asks it for a
-    # policy (`batch_export`).
+    """The effect this handler handles."""
     batch_distinct: ClassVar[bool] = False
-    # Whether the handler forwards what it does not answer to the handler of its
-    # effect outside it (an interceptor): it may share a `handlers(...)` bundle
-    # with that handler, and has no state of its own there.
+    """Whether each element of a batch must get its own result from this handler (a
+    key stream: the same key in every element would be a silent error). Such a
+    handler is not read through a raw `jax.vmap`; `effax.vmap` asks it for a
+    policy (`batch_export`)."""
     forwards: ClassVar[bool] = False
+    """Whether the handler forwards what it does not answer to the handler of its
+    effect outside it (an `effax.Interceptor`): it may share a `handlers(...)`
+    bundle with that handler, has no state of its own there, and does not cross
+    traced boundaries itself (the handler it reaches does)."""
+    # The handler a forwarding handler holds and forwards to (an interceptor made
+    # inside a traced region around the rebuilt handler, or bound by `over`); None:
+    # it forwards to the handler outside it on the stack, or does not forward.
+    _effax_holds: Handler[Any] | None = None
 
     _effax_no_rebuild: ClassVar[bool] = False  # it lacks `rebuild` (`__init_subclass__`)
+    _effax_derived: ClassVar[frozenset[str]]  # see `derives`
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         if cls._effax_no_rebuild:
@@ -252,6 +263,7 @@ class Handler(abc.ABC, Generic[E]):
         cls._effax_no_rebuild = (
             not cls.forwards and getattr(cls.rebuild, "__func__", None) is _REBUILD
         )
+        cls._effax_derived = frozenset(m for m in _DERIVED if getattr(cls, m) is _DERIVED[m])
         fields = cls.__dict__.get("fields")
         if isinstance(fields, Fields):
             for role, name in fields._asdict().items():
@@ -260,14 +272,6 @@ class Handler(abc.ABC, Generic[E]):
                         f"{cls.__name__}.fields = effax.Fields({role}={name!r}): each field "
                         "names an attribute of the handler, as a str (or None)."
                     )
-
-    @classmethod
-    def overrides(cls, method: str) -> bool:
-        """Whether this class overrides `Handler`'s `method` (one derived from
-        `fields`, such as ``"export"`` or ``"absorb"``, or a default such as
-        ``"batch_absorb"``): the runtime then calls it instead of doing its work
-        inline."""
-        return getattr(cls, method) is not getattr(Handler, method)
 
     def outer(self: Handler[Effect[H_out]]) -> H_out:
         """The next handler of the same effect outside this one: where an operation
@@ -280,72 +284,6 @@ class Handler(abc.ABC, Generic[E]):
         of its effect (the one it would shadow if it were installed now).
         """
         return self.effect.outer_of(self)
-
-    def reaches(self, handler: Handler[Any]) -> bool:
-        """Whether an operation answered by this handler can reach `handler`: it is
-        `handler`, or forwards to it. The runtime asks it to find where a handler
-        reached by forwarding is installed (for the trace safety of its writes)."""
-        return self is handler
-
-    def forwards_outward(self) -> bool:
-        """Whether what this handler forwards goes to the handler installed outside
-        it on the stack (an interceptor installed here), rather than to one it
-        holds itself (an interceptor rebuilt inside a traced region, with the
-        handler it forwards to). By default, `forwards`."""
-        return self.forwards
-
-    def stacks_in_program_order(self) -> bool:
-        """Whether a loop that runs its steps in reverse (``effax.scan(...,
-        reverse=True)``) gives this handler its per-step values in the order the
-        steps ran (a tap recorder: taps in program order), rather than indexed like
-        the loop's `xs` (the default, as `lax.scan` stacks them: an emit)."""
-        return False
-
-    def check_absorb(self, outcome: Outcome) -> None:
-        """Refuse `outcome` (raise) before anything is absorbed, if it cannot be:
-        asked of every handler a region writes back into before any of them
-        absorbs, so a refused outcome leaves every handler as it was. By default,
-        every outcome is accepted (a tap replacer refuses a count of taps past its
-        rows)."""
-
-    def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
-        """Inside one branch of an `effax.cond` / `effax.switch` whose branches sent
-        out different static outcomes (`statics`, one per branch, None for a branch
-        not traced yet): this branch's `outcome` (from a handler rebuilt from this
-        one) laid out alike in every branch, so the branches' outputs match. Called
-        on the handler outside the cond. By default, unchanged: branches must send
-        out alike values (emit the same structure)."""
-        return outcome
-
-    def differentiates(self) -> bool:
-        """Whether this handler takes part in differentiation when plumbed into
-        `effax.grad` / `effax.value_and_grad`: its rebuilt handler is first run
-        abstractly (`begin_probe`, then `perturbations`: what to differentiate
-        with respect to), then with those inputs (`perturb`); the gradients come
-        back through `with_cotangents`. Default False (a tap's `gradients()`
-        handler says True)."""
-        return False
-
-    def begin_probe(self) -> None:
-        """See `differentiates`: the first, abstract run begins."""
-        raise NotImplementedError
-
-    def perturbations(self) -> tuple[Hashable, tuple[Any, ...]]:
-        """See `differentiates`: after the abstract run, a static `layout` (what
-        the inputs stand for) and the shapes and dtypes (`jax.ShapeDtypeStruct`)
-        of the inputs to differentiate with respect to."""
-        raise NotImplementedError
-
-    def perturb(self, eps: tuple[Any, ...], layout: Hashable) -> None:
-        """See `differentiates`: the differentiated run begins with inputs `eps`."""
-        raise NotImplementedError
-
-    def with_cotangents(
-        self, outcome: Outcome, layout: Hashable, cotangents: tuple[Any, ...]
-    ) -> Outcome:
-        """See `differentiates`: the outcome to absorb, given the gradients with
-        respect to the perturbations (called on the handler outside the call)."""
-        raise NotImplementedError
 
     if not TYPE_CHECKING:
         # Declared at run time only. A subclass sets `fields` as a class attribute
@@ -437,19 +375,6 @@ class Handler(abc.ABC, Generic[E]):
             _no_fields(self, "snapshot")
         return None if f.carry is None else getattr(self, f.carry)
 
-    def snapshot_like(self, snapshot: PyTree) -> PyTree:
-        """The state that `snapshot` must match (structure, shapes, dtypes) to be
-        restored into this handler, and whose arrays the restored ones are placed
-        like: by default, the current one (`snapshot()`); a `StateDict` cell's,
-        for the snapshot's entries (it may hold others, or none yet)."""
-        return self.snapshot()
-
-    def check_snapshot(self, snapshot: PyTree) -> str | None:
-        """Why `snapshot` (of this handler's structure, shapes and dtypes) cannot
-        be restored into it, or None: `effax.restore` asks before anything is
-        written. The default accepts it."""
-        return None
-
     def restore(self, snapshot: PyTree) -> None:
         """Write back what `snapshot` returned (checked by `effax.restore` to have
         the structure, shapes and dtypes of the current one)."""
@@ -468,6 +393,29 @@ class Handler(abc.ABC, Generic[E]):
 
 
 _REBUILD = Handler.__dict__["rebuild"].__func__
+# the methods `Handler` derives from `fields`
+_DERIVED = {m: getattr(Handler, m) for m in ("export", "outcome", "absorb", "snapshot", "restore")}
+Handler._effax_derived = frozenset(_DERIVED)
+
+
+def derives(cls: type[Handler[Any]], method: str) -> bool:
+    """Whether handler class `cls` keeps `Handler`'s `method` derived from `fields`
+    (one of export, outcome, absorb, snapshot, restore): the runtime may then do its
+    work inline, reading and writing the fields. (Decided once per class, here: the
+    protocol that derives the methods is the only one that asks.)"""
+    return method in cls._effax_derived
+
+
+@runtime_checkable
+class RefusesOutcomes(Protocol):
+    """A handler that may refuse an outcome before anything is absorbed (a tap
+    replacer: a count of taps past its rows). Every handler a region writes back
+    into that has `check_absorb` is asked before any of them absorbs, so a refused
+    outcome leaves every handler as it was."""
+
+    def check_absorb(self, outcome: Outcome) -> None:
+        """Raise if `outcome` cannot be absorbed."""
+
 
 # `handler.fields`, typed: `Handler` declares `fields` to the type checkers only
 # through the subclass that sets it (see `Handler.fields`)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _context, _entries, _trace
+from ._effect import installed_at
 from ._entries import Entry
 from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
@@ -101,9 +102,6 @@ class Recorder(TapHandler[T]):
         """Forget what was recorded so far (e.g. after logging it)."""
         self._recorded.clear()
 
-    def stacks_in_program_order(self) -> bool:
-        return True  # taps stack in the order they were made
-
     @property
     def value(self) -> dict[str, Any]:
         return _entries.read(self.effect, self.entries)
@@ -127,6 +125,9 @@ class Recorder(TapHandler[T]):
     def batch_absorb(self, outcome: Outcome, policy: BatchPolicy) -> None:
         if outcome.static and outcome.values is not None:
             self._recorded.append((outcome.static, outcome.values, True))
+
+    # --- in loops and branches (`_control.Records`): taps stack in the order they
+    # were made, and a cond's branches record the sites of every branch, masked
 
     def align_branch(self, outcome: Outcome, statics: Sequence[Hashable]) -> Outcome:
         static, values, _ = _entries.aligned(outcome.static, outcome.values, statics)
@@ -218,7 +219,7 @@ class GradientRecorder(Recorder[T]):
         """Whether a JAX transformation inside the handler (a raw ``jax.grad``)
         traces this point (`value`, a tap's, holds its tracers; without one, a
         differentiating trace lies between)."""
-        ref = _context.installed_at(self.effect, self)
+        ref = installed_at(self.effect, self)
         if ref is None or ref is _trace.current_trace_ref():
             return False
         home = _context.home_trace(ref)
@@ -226,7 +227,7 @@ class GradientRecorder(Recorder[T]):
             return _trace.transformed_between(home, "differentiating")
         return _trace.foreign_tracers(jax.tree.leaves(value), home)
 
-    # --- effax.grad's hooks (see `Handler.differentiates`)
+    # --- effax.grad's hooks (`_grad.Differentiating`)
 
     def differentiates(self) -> bool:
         return self.mode == "collect"

@@ -11,7 +11,7 @@ the run that was interrupted.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol, cast, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,30 @@ from ._errors import EffectLeakError, EffectTypeError, EffectUsageError, StateTy
 from ._handlers import Handlers
 from ._protocol import Handler
 
-__all__ = ["assert_processes_agree", "restore", "snapshot"]
+__all__ = ["ChecksSnapshots", "SnapshotsPart", "assert_processes_agree", "restore", "snapshot"]
+
+
+@runtime_checkable
+class SnapshotsPart(Protocol):
+    """A handler whose state may hold other parts than a snapshot of it (a
+    `StateDict` cell: entries created since, or none yet)."""
+
+    def snapshot_like(self, snapshot: Any) -> Any:
+        """The state that `snapshot` must match (structure, shapes, dtypes) to be
+        restored, and whose arrays the restored ones are placed like (for other
+        handlers: the current one, ``snapshot()``)."""
+        ...
+
+
+@runtime_checkable
+class ChecksSnapshots(Protocol):
+    """A handler that refuses some snapshots of its own structure (a key stream: a
+    counter no stream reaches)."""
+
+    def check_snapshot(self, snapshot: Any) -> str | None:
+        """Why `snapshot` cannot be restored into it, or None; asked before anything
+        is written."""
+        ...
 
 
 def snapshot(*handlers: Handler[Any] | Handlers) -> dict[str, Any]:
@@ -84,7 +107,8 @@ def restore(snapshot: Mapping[str, Any], *handlers: Handler[Any] | Handlers) -> 
                 "only the handlers whose state it holds."
             )
         saved = snapshot[effect.name]
-        state = handler.snapshot_like(saved)
+        part = issubclass(type(handler), SnapshotsPart)
+        state = cast(SnapshotsPart, handler).snapshot_like(saved) if part else handler.snapshot()
         holds, fits = signature(saved, exact=True), signature(_plain(state), exact=True)
         if holds != fits:
             raise StateTypeError(
@@ -99,7 +123,8 @@ def restore(snapshot: Mapping[str, Any], *handlers: Handler[Any] | Handlers) -> 
                 "inside a transformation (or from a value that escaped one). Take the "
                 "snapshot outside jax.jit / effax.jit, between calls, and restore it there."
             )
-        why = handler.check_snapshot(saved)
+        checks = issubclass(type(handler), ChecksSnapshots)
+        why = cast(ChecksSnapshots, handler).check_snapshot(saved) if checks else None
         if why is not None:
             raise EffectUsageError(why)
         writes.append((handler, jax.tree.map(_like, saved, state)))

@@ -155,6 +155,14 @@ class StateDictCell(Handler[StateDict[V]]):
     def batch_export(self, policy: BatchPolicy) -> tuple[Export, int | None]:
         return self.export(), 0 if policy.state == "batched" else None
 
+    @staticmethod
+    def carry_entered(before: Any, after: Any) -> Any:
+        # (`_boundary.GrowingCarry`) entries created inside a compiled call come out
+        # beside those that went in: the ones that went in are compared
+        if isinstance(before, dict) and isinstance(after, dict) and before.keys() <= after.keys():
+            return {name: after[name] for name in before}
+        return after
+
     def snapshot_like(self, snapshot: PyTree) -> PyTree:
         # restoring replaces the entries by the snapshot's: those the cell holds
         # must match, the others are taken as saved (a fresh run starts empty)

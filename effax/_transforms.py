@@ -1,21 +1,21 @@
-"""Effect-aware transformations: `grad`, `value_and_grad`, `vmap`, `checkpoint`, `shard_map`.
+"""Effect-aware transformations: `vmap`, `checkpoint`, `shard_map` (`grad` and
+`value_and_grad` are `_grad`).
 
 Each has its JAX namesake's signature (plus keyword-only policies) and plumbs the
 handlers around the call over the `Handler` protocol, like `effax.handle`:
-derivatives are taken with respect to the arguments only; state updates, key
-advances and emitted values come out alongside.
+state updates, key advances and emitted values come out alongside.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools as ft
+import operator
 import re
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
@@ -23,10 +23,10 @@ from . import _trace
 from ._arguments import check_callable, check_unleaked
 from ._errors import EffectLeakError, EffectTypeError, EffectUsageError
 from ._handle import handle
-from ._protocol import BatchPolicy, Outcome
+from ._protocol import BatchPolicy
 from ._region import Region
 
-__all__ = ["checkpoint", "grad", "shard_map", "value_and_grad", "vmap"]
+__all__ = ["checkpoint", "shard_map", "vmap"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,158 +40,10 @@ _vmap_depth = contextvars.ContextVar[int]("effax_vmap_depth", default=0)
 _spec: Callable[..., Any] = PartitionSpec
 
 
-def value_and_grad(
-    fun: Callable[..., Any],
-    argnums: int | Sequence[int] = 0,
-    has_aux: bool = False,
-    holomorphic: bool = False,
-    allow_int: bool = False,
-) -> Callable[..., tuple[Any, Any]]:
-    """`jax.value_and_grad` that plumbs the handlers around the call through.
-
-    Handler values (asked values, states, keys) enter as constants: derivatives are
-    with respect to `argnums` only. State updates, key advances and emitted values
-    come out of the call as they would eagerly.
-
-    **Example:**
-
-    >>> import jax.numpy as jnp, effax
-    >>> scale = effax.Ask[jnp.ndarray]("scale")
-    >>> calls = effax.State[jnp.ndarray]("calls")
-    >>> def loss(w):
-    ...     calls.set(calls.get() + 1)
-    ...     return scale.ask() * w ** 2
-    >>> with effax.handlers(scale.provide(jnp.float32(3)), calls.init(jnp.int32(0))) as hs:
-    ...     value, g = effax.value_and_grad(loss)(2.0)
-    >>> float(value), float(g), int(hs[calls])
-    (12.0, 12.0, 1)
-
-    """
-    _check_differentiated(fun, argnums, "effax.value_and_grad")
-
-    @_trace.api_boundary
-    @ft.wraps(fun)
-    def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        check_unleaked((args, kwargs), "its arguments", "effax.value_and_grad")
-        region = Region(fun, name="effax.grad")
-        # Handlers that take part in differentiation (a tap's gradients()): what
-        # they perturb is sized by an abstract run, then differentiated as one more
-        # argument (see `Handler.differentiates`).
-        taking = [j for j, h in enumerate(region.handlers) if h.differentiates()]
-        layouts, eps = _perturbations(region, fun, taking, args, kwargs) if taking else ((), ())
-        n = len(args)
-
-        def before(inner_handlers: list[Any], eps: tuple[Any, ...]) -> None:
-            for j, layout, e in zip(taking, layouts, eps, strict=True):
-                inner_handlers[j].perturb(e, layout)
-
-        def inner(*args: Any, **kwargs: Any) -> Any:
-            args, perturbations = (args[:n], args[n]) if taking else (args, ())
-            out, outcomes = region.run(
-                fun,
-                region.carries,
-                args,
-                kwargs,
-                carry_required=False,
-                before=ft.partial(before, eps=perturbations) if taking else None,
-            )
-            value, aux = out if has_aux else (out, None)
-            return value, (aux, region.split(outcomes))
-
-        numbers = argnums if not taking else (*_as_tuple(argnums), n)
-        (value, (aux, (carries, values))), grads = jax.value_and_grad(
-            inner, numbers, has_aux=True, holomorphic=holomorphic, allow_int=allow_int
-        )(*args, *([eps] if taking else []), **kwargs)
-        if taking:
-            grads, cotangents = grads[:-1], grads[-1]
-            grads = grads[0] if isinstance(argnums, int) else grads
-            for j, layout, cotangent in zip(taking, layouts, cotangents, strict=True):
-                got = Outcome(region.statics[j], None, values[j])
-                outcome = region.handlers[j].with_cotangents(got, layout, cotangent)
-                region.statics[j], carries[j], values[j] = outcome.static, None, outcome.values
-        region.absorb(carries, values, steps=1)
-        return ((value, aux) if has_aux else value), grads
-
-    return wrapped
-
-
-def _as_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
-    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
-
-
-def _perturbations(
-    region: Region, fun: Callable[..., Any], taking: list[int], args: Any, kwargs: Any
-) -> tuple[tuple[Hashable, ...], tuple[Any, ...]]:
-    """For the handlers `taking` part in differentiating `fun`: what each
-    perturbs, found by running `fun` abstractly (its effects change nothing
-    outside), and zeros of those shapes to differentiate with respect to."""
-    found: list[tuple[Hashable, tuple[Any, ...]]] = []
-    inside: list[list[Any]] = []
-
-    def begin(inner_handlers: list[Any]) -> None:
-        for j in taking:
-            inner_handlers[j].begin_probe()
-        inside.append(inner_handlers)
-
-    def probe(*args: Any, **kwargs: Any) -> None:
-        region.run(fun, region.carries, args, kwargs, carry_required=False, before=begin)
-        found.extend(inside.pop()[j].perturbations() for j in taking)
-
-    unchanged = list(region.unchanged)
-    jax.eval_shape(probe, *args, **kwargs)
-    region.unchanged = unchanged
-    layouts = tuple(layout for layout, _ in found)
-    eps = tuple(tuple(jnp.zeros(s.shape, s.dtype) for s in structs) for _, structs in found)
-    return layouts, eps
-
-
-def grad(
-    fun: Callable[..., Any],
-    argnums: int | Sequence[int] = 0,
-    has_aux: bool = False,
-    holomorphic: bool = False,
-    allow_int: bool = False,
-) -> Callable[..., Any]:
-    """`jax.grad` that plumbs the handlers around the call through (see `value_and_grad`).
-
-    **Example:**
-
-    >>> import jax.numpy as jnp, effax
-    >>> scale = effax.Ask[jnp.ndarray]("scale")
-    >>> with scale.provide(jnp.float32(3)):
-    ...     float(effax.grad(lambda w: scale.ask() * w ** 2)(2.0))
-    12.0
-
-    """
-    _check_differentiated(fun, argnums, "effax.grad")
-    value_and_grad_fun = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
-
-    @_trace.api_boundary
-    @ft.wraps(fun)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        check_unleaked((args, kwargs), "its arguments", "effax.grad")
-        value, grads = value_and_grad_fun(*args, **kwargs)
-        return (grads, value[1]) if has_aux else grads
-
-    return wrapped
-
-
 _POLICY_HINT = (
     "choose the batched policy (keys='split' for key streams, state='batched' for "
     "states) or keep the update independent of the batch"
 )
-
-
-def _check_differentiated(fun: Any, argnums: Any, where: str) -> None:
-    check_callable(fun, "fun", where)
-    numbers = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
-    if not numbers or not all(
-        isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in numbers
-    ):
-        raise EffectTypeError(
-            f"{where} takes argnums as an int or a non-empty tuple of ints (the positions "
-            f"of the arguments to differentiate), but got {argnums!r}."
-        )
 
 
 def _policy(wrapper: str, keys: Any, state: Any, axis_names: tuple[Hashable, ...]) -> BatchPolicy:
@@ -287,12 +139,15 @@ def _explain_sizes(region: Region, error: ValueError, wrapper_name: str) -> Base
 
 def _check_grown(region: Region, carries: Sequence[Any], out: Sequence[Any]) -> None:
     """Inside `effax.shard_map`: refuse a per-device carry that gained entries (a
-    `StateDict` entry created inside): its leading axis would have to be split over
+    `StateDict` entry created inside; any other change of structure was refused as
+    the region's outcome left it): its leading axis would have to be split over
     devices, and a value made per device has none."""
     for effect, axis, before, after in zip(
         region.plan.effects, region.carry_axes, carries, out, strict=True
     ):
-        if axis is not None and type(before) is dict and before.keys() != after.keys():
+        if axis is not None and not operator.eq(
+            jax.tree.structure(before), jax.tree.structure(after)
+        ):
             raise EffectUsageError(
                 f"{effect!r} gained entries inside effax.shard_map(state='batched'), where "
                 "every state is split over the devices along its leading axis, which a "

@@ -68,7 +68,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _trace
-from ._protocol import Fields, Handler, Outcome, fields_of
+from ._protocol import Fields, Handler, Outcome, RefusesOutcomes, derives, fields_of
 
 if TYPE_CHECKING:
     from ._plan import Plan
@@ -254,7 +254,7 @@ def _name(attribute: str | None) -> str | None:
 def _inline_fields(cls: type[Handler[Any]], fields: Fields | None, method: str) -> Fields | None:
     """The fields of a handler of class `cls`, if the class uses `Handler`'s
     derived `method` and every field can be written into code."""
-    if fields is None or cls.overrides(method):
+    if fields is None or not derives(cls, method):
         return None
     names = [getattr(fields, f) for f in Fields._fields]
     if any(n is not None and _name(n) is None for n in names):
@@ -314,7 +314,7 @@ def _writes(
     `Handler.absorb` does with it, for steps=1), and how many output parts the
     program returns."""
     writes: list[str] = []
-    # `Handler.check_absorb` of the handlers that refuse some outcomes, every one
+    # `check_absorb` of the handlers that refuse some outcomes (`RefusesOutcomes`), every one
     # asked before anything is written
     refusals: list[str] = []
     n_parts = 0
@@ -328,7 +328,7 @@ def _writes(
         if has_values:
             values, n_parts = f"_fxc{n_parts}", n_parts + 1
         f = _inline_fields(type(handler), fields_of(handler), "absorb")
-        refuses = type(handler).overrides("check_absorb")
+        refuses = issubclass(type(handler), RefusesOutcomes)
         if refuses or (f is None and (static is not None or has_carry or has_values)):
             t = code.constant(static, f"_fxO{i}")
             if "_fxOutcome" not in code.names:

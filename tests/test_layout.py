@@ -30,7 +30,7 @@ LAYERS = [
     {"_callpath"},
     {"_handle"},
     {"_eager"},
-    {"_control", "_transforms", "random"},
+    {"_control", "_transforms", "_grad", "random"},
 ]
 LAYER = {module: i for i, layer in enumerate(LAYERS) for module in layer}
 
@@ -301,3 +301,87 @@ def test_the_warm_path_reads_nothing_of_interceptors():
     code = path.read_text()
     for word in ("_intercept", "Interceptor", "forwarded_to", "delegate", "static[-1]"):
         assert word not in code, f"_warmpath.py mentions {word!r}"
+
+
+# --- one small protocol: general members only, capabilities discovered by class (issue 40)
+
+# `Handler`'s public members, each meaningful for any handler. What serves one family
+# is a capability protocol beside the code that drives it (`_control.Records`,
+# `_grad.Differentiating`, `_snapshot.SnapshotsPart` / `ChecksSnapshots`,
+# `_protocol.RefusesOutcomes`, `_boundary.GrowingCarry`).
+HANDLER_MEMBERS = {
+    "effect",
+    "value",
+    "fields",
+    "export",
+    "rebuild",
+    "outcome",
+    "absorb",
+    "batch_export",
+    "batch_absorb",
+    "snapshot",
+    "restore",
+    "outer",
+    "forwards",
+    "batch_distinct",
+}
+
+
+def test_handler_has_at_most_fourteen_public_members():
+    import effax
+
+    public = {
+        name
+        for cls in effax.Handler.__mro__
+        if cls.__module__.startswith("effax")
+        for name in [*vars(cls), *getattr(cls, "__annotations__", {})]
+        if not name.startswith("_")
+    }
+    assert public == HANDLER_MEMBERS, (
+        sorted(public - HANDLER_MEMBERS),
+        sorted(HANDLER_MEMBERS - public),
+    )
+    assert len(HANDLER_MEMBERS) <= 14
+
+
+def test_capabilities_are_protocols_beside_their_drivers():
+    """Each capability is a runtime-checkable Protocol asked of a handler's class
+    (`issubclass(type(h), P)`: never through an instance's `__getattr__`, which an
+    interceptor forwards), and the handlers of its family implement it."""
+    from effax import _boundary, _control, _grad, _protocol, _snapshot
+    from effax._random_key import KeyStream
+    from effax._recorder import GradientRecorder, Recorder
+    from effax._state_dict import StateDictCell
+    from effax._tap import Replacer
+
+    cases = [
+        (_control.Records, [Recorder, GradientRecorder]),
+        (_grad.Differentiating, [GradientRecorder]),
+        (_protocol.RefusesOutcomes, [GradientRecorder, Replacer]),
+        (_snapshot.SnapshotsPart, [StateDictCell]),
+        (_snapshot.ChecksSnapshots, [KeyStream]),
+        (_boundary.GrowingCarry, [StateDictCell]),
+    ]
+    import effax
+
+    plain = [effax.StateCell, effax.Collector, effax.Interceptor]
+    for protocol, family in cases:
+        assert all(issubclass(c, protocol) for c in family), protocol
+        assert not any(issubclass(c, protocol) for c in plain), protocol
+
+
+# what generic modules may not do: switch on a value's exact type, or on whether a
+# handler's class overrides a method (`_protocol.derives` asks it once, for `fields`)
+_SNIFFING = re.compile(
+    r"type\([^)]*\) is (not )?dict|\.overrides\(|getattr\(\w+, \w+\) is not getattr\(Handler"
+)
+# the handler families' own modules, which may inspect their own values
+_FAMILY_MODULES = {"_state_dict", "_random_key", "_recorder", "_tap", "_entries", "_trace"}
+
+
+def test_generic_modules_do_not_sniff_types_or_overrides():
+    for path in modules():
+        if path.stem in _FAMILY_MODULES:
+            continue
+        found = _SNIFFING.findall(path.read_text())
+        assert not found, f"{path.name} sniffs a type or an override: use a capability"
