@@ -9,7 +9,7 @@ import attrs
 
 from . import _trace
 from ._arguments import check_bool, check_unleaked
-from ._context import run_at
+from ._context import run_where
 from ._effect import Effect
 from ._errors import EffectTypeError, UnhandledEffectError
 from ._protocol import Fields, Handler, PyTree
@@ -82,12 +82,12 @@ class Ask(Effect["Provider[T]"], Generic[T]):
         default = self.default
         if default is NO_DEFAULT:
             handler = self.handler()
-            return run_at(self, handler, handler.ask)
+            return handler.ask() if handler._effax_own else run_where(self, handler, handler.ask)
         try:
             handler = self.handler()
         except UnhandledEffectError:
             return default
-        return run_at(self, handler, handler.ask)
+        return handler.ask() if handler._effax_own else run_where(self, handler, handler.ask)
 
     def provide(self, value: T) -> Provider[T]:
         """A handler that answers `ask()` with `value`."""

@@ -243,9 +243,6 @@ def push_entries(
 # --- where a handler's code runs: under the handlers installed outside it, not the
 # performer's stack (handlers between them, and the performer's row, are not visible)
 
-_PACKAGE = __name__.rsplit(".", 1)[0] + "."
-_IN_PLACE: dict[type, bool] = {}  # per handler class: is it effax's own (runs in place)
-
 
 def run_at(
     effect: Effect[Any], handler: Handler[Any], fn: Callable[..., T], *args: Any, **kwargs: Any
@@ -254,11 +251,7 @@ def run_at(
     outside `handler` (`outside`); in place if `handler` is not the current one of
     `effect` (reached by forwarding) or of an effax class (the built-in operations
     perform nothing; an `Interceptor` runs its functions with `run_where`)."""
-    cls = type(handler)
-    in_place = _IN_PLACE.get(cls)
-    if in_place is None:
-        in_place = _IN_PLACE[cls] = cls.__module__.startswith(_PACKAGE)
-    if in_place:
+    if handler._effax_own:
         return fn(*args, **kwargs)
     return run_where(effect, handler, fn, *args, **kwargs)
 

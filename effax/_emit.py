@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _trace
-from ._context import run_at
+from ._context import run_where
 from ._effect import Effect
 from ._errors import EffectUsageError
 from ._protocol import Fields, Handler, PyTree
@@ -54,7 +54,10 @@ class Emit(Effect["Collector[T]"], Generic[T]):
     def emit(self, value: T) -> None:
         """Append `value` to the innermost collector."""
         handler = self.handler()
-        run_at(self, handler, handler.emit, value)
+        if handler._effax_own:
+            handler.emit(value)
+        else:
+            run_where(self, handler, handler.emit, value)
 
     def collect(self) -> Collector[T]:
         """A handler collecting the emitted values in `.values`."""

@@ -242,6 +242,9 @@ class Handler(abc.ABC, Generic[E]):
     _effax_holds: Handler[Any] | None = None
 
     _effax_no_rebuild: ClassVar[bool] = False  # it lacks `rebuild` (`__init_subclass__`)
+    # effax's own class: its operations perform no effect, so they run in place
+    # (`_context.run_at`), not under the handlers outside it as a user's do
+    _effax_own: ClassVar[bool] = True
     _effax_derived: ClassVar[frozenset[str]]  # see `derives`
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
@@ -263,6 +266,7 @@ class Handler(abc.ABC, Generic[E]):
         cls._effax_no_rebuild = (
             not cls.forwards and getattr(cls.rebuild, "__func__", None) is _REBUILD
         )
+        cls._effax_own = cls.__module__.startswith(__name__.rsplit(".", 1)[0] + ".")
         cls._effax_derived = frozenset(m for m in _DERIVED if getattr(cls, m) is _DERIVED[m])
         fields = cls.__dict__.get("fields")
         if isinstance(fields, Fields):

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _threefry, _trace
 from ._arguments import check_unleaked
-from ._context import run_at
+from ._context import run_where
 from ._effect import Effect
 from ._errors import EffectTypeError, EffectUsageError
 from ._protocol import BatchPolicy, Export, Fields, Handler, Outcome, PyTree
@@ -101,7 +101,9 @@ class RandomKey(Effect["KeyStream"]):
     def next_key(self) -> jax.Array:
         """A fresh key: ``fold_in(base_key, counter)``, then the counter advances."""
         handler = self.handler()
-        return run_at(self, handler, handler.next_key)
+        if handler._effax_own:
+            return handler.next_key()
+        return run_where(self, handler, handler.next_key)
 
     def seed(self, key: int | jax.Array) -> KeyStream:
         """A key-stream handler starting at `key` (an int, a typed key or a raw key)."""

@@ -10,7 +10,7 @@ import attrs
 
 from . import _trace
 from ._arguments import check_unleaked
-from ._context import here, run_at
+from ._context import here, run_at, run_where
 from ._effect import Effect
 from ._protocol import BatchPolicy, Export, Fields, Handler, PyTree
 
@@ -57,13 +57,16 @@ class State(Effect["StateCell[S]"], Generic[S]):
     def get(self) -> S:
         """The current value."""
         handler = self.handler()
-        return run_at(self, handler, handler.get)
+        return handler.get() if handler._effax_own else run_where(self, handler, handler.get)
 
     @_trace.api_boundary
     def set(self, value: S) -> None:
         """Replace the current value."""
         handler = self.handler()
-        run_at(self, handler, handler.set, value)
+        if handler._effax_own:
+            handler.set(value)
+        else:
+            run_where(self, handler, handler.set, value)
 
     @_trace.api_boundary
     def modify(self, fn: Callable[[S], S]) -> S:
