@@ -15,7 +15,12 @@ draw::
         return x * a.ask() + jax.random.uniform(k.next_key())
 
 under ``effax.handlers(a.provide(jnp.float32(2)), s.init(jnp.int32(0)),
-k.seed(0))`` and 3 unrelated handlers (an `Ask`, a `State`, an `Emit`). The
+k.seed(0))`` and 3 unrelated handlers (an `Ask`, a `State`, an `Emit`); with
+``--intercept``, also ``effax.intercept(a, ask=lambda outer: 2 * outer.ask())``
+inside them, and the call counts how often an interceptor's chain was resolved
+(``chain resolutions``: calls of ``_intercept.chain_of``, or of
+``Interceptor._reached`` in trees before issue 40, where "which handler does this
+interceptor forward to" was asked from several modules). The
 compiled function ``g = effax.jit(f)`` is made beforehand (not recorded); then
 the script records ``g(x)`` (the first call), runs `--warmup` more calls
 unrecorded, and records one more ``g(x)`` (the warm call).
@@ -206,8 +211,15 @@ def summary(rec: Recording, labels: dict[int, str], max_nesting: int | None) -> 
         "visits_per_module": dict(visits.most_common()),
         "exports": {labels.get(k, f"handler@{k:#x}"): v for k, v in rec.exports.items()},
         "export_total": sum(rec.exports.values()),
+        "chain_resolutions": sum(
+            e.module == "_intercept" and e.function in _RESOLVERS for e in rec.events
+        ),
         "steps": [asdict(e) for e in events],
     }
+
+
+# what resolves an interceptor's chain: `chain_of` (issue 40), `_reached` before it
+_RESOLVERS = ("chain_of", "_reached")
 
 
 def print_summary(s: dict[str, Any]) -> None:
@@ -233,10 +245,13 @@ def print_summary(s: dict[str, Any]) -> None:
         print(f"export() calls: {s['export_total']} ({per})")
     else:
         print("export() calls: 0")
+    print(f"chain resolutions: {s['chain_resolutions']}")
     print()
 
 
-def run(tree: str, warmup: int, max_nesting: int | None = None) -> dict[str, Any]:
+def run(
+    tree: str, warmup: int, max_nesting: int | None = None, intercept: bool = False
+) -> dict[str, Any]:
     tree = os.path.abspath(tree)
     sys.path.insert(0, tree)
     import jax
@@ -267,6 +282,8 @@ def run(tree: str, warmup: int, max_nesting: int | None = None) -> dict[str, Any
         "unrelated State.init": effax.State[jax.Array]("callmap.u_state").init(jnp.zeros(3)),
         "unrelated Emit.collect": effax.Emit[int]("callmap.u_emit").collect(),
     }
+    if intercept:
+        own["intercept(a)"] = effax.intercept(a, ask=lambda outer: 2 * outer.ask())
     labels = {id(h): name for name, h in {**unrelated, **own}.items()}
     recorder = Recorder(pkg_dir, effax.Handler, os.path.abspath(__file__))
     g = effax.jit(f)
@@ -313,8 +330,11 @@ def main(argv: list[str] | None = None) -> None:
         help="keep only events with at most this many effax frames among their callers"
         " (and callbacks into effax from outside it)",
     )
+    parser.add_argument(
+        "--intercept", action="store_true", help="an interceptor of the Ask inside the handlers"
+    )
     args = parser.parse_args(argv)
-    results = run(args.tree, args.warmup, args.max_nesting)
+    results = run(args.tree, args.warmup, args.max_nesting, args.intercept)
     if args.json:
         print(json.dumps(results, indent=1))
         return
