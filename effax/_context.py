@@ -469,8 +469,11 @@ def obstacle(
 def mark_used(stack: Stack, effects: Any, *, plumbing: bool = False) -> None:
     """Tell the traced regions that rebuilt these effects' handlers in `stack` that
     the effects were performed (their traces depend on them), or, with `plumbing`,
-    only plumbed further in."""
+    only plumbed further in. An effect performed under interceptors installed over
+    such a handler reached it: the chain is followed through them."""
     for effect in effects:
-        entry = stack.get(effect)
-        if entry is not None and type(entry[1]) is Tracked:
-            (entry[1].plumbed if plumbing else entry[1].used).add(effect)
+        for handler, ref in chain(stack, effect):
+            if type(ref) is Tracked:
+                (ref.plumbed if plumbing else ref.used).add(effect)
+            if not handler.forwards or handler._effax_holds is not None:
+                break

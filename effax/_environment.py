@@ -110,6 +110,8 @@ def resolve(
         if entry is not None:
             obstacle = _context.obstacle(effect, entry, track=note)
             if obstacle is None:
+                if note:  # through the interceptors over it, to the handler it reaches
+                    _context.mark_used(stack, (effect,))
                 chains.append(chain_of(entry[0], exports.chains))
                 continue
             why = obstacle if isinstance(obstacle, _context.Blocked) else UNREACHABLE

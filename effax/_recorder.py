@@ -208,6 +208,10 @@ class GradientRecorder(Recorder[T]):
                 f"{self.effect.variable_name()}.gradients() records. Take the gradient "
                 "per element instead: effax.vmap(effax.grad(f)) gives each element's."
             )
+        if site not in self.sites:
+            # the abstract run recorded no tap of it: it is tapped only where no step
+            # runs (a loop of no steps) and records nothing, as the Python loop would
+            return value
         i = self.sites.index(site)
         k = self.counters[i]
         eps, self.rows[i] = _entries.take(self.effect, site, value, self.eps[i], k, "perturbation")

@@ -369,6 +369,28 @@ def test_gradients_per_example_under_vmap_and_per_step_in_scan():
     )
 
 
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_gradients_of_a_site_tapped_only_in_a_loop_of_no_steps_record_nothing(wrap):
+    # (found by the composition fuzzer, issue 39: the abstract run records no tap
+    # of "h", so the differentiated run had no perturbation for it: ValueError)
+    def f(x):
+        def body(site):
+            return lambda c, _: (c + acts.tap(site, c), None)
+
+        c, _ = fx.scan(body("z"), x, None, length=0)  # "z" is tapped here only
+        y, _ = fx.scan(body("h"), x, None, length=2)
+        return c * 2.0 + jnp.sum(acts.tap("g", y))
+
+    run = fx.value_and_grad(f) if wrap == "eager" else fx.jit(fx.value_and_grad(f))
+    with acts.gradients() as g:
+        value, grad = run(F32(0.7))
+    # by hand: c = x; y = 4x (two steps of c + c); f = 2x + 4x
+    assert_bitwise_equal((value, grad), (F32(0.7) * 2.0 + 4 * F32(0.7), F32(6.0)))
+    assert set(g.value) == {"h", "g"}  # no "z": no step tapped it, as in a Python loop
+    assert g.value["h"].shape == (2,)
+    assert_bitwise_equal(g.value["g"], F32(1.0))
+
+
 def test_gradients_of_a_cond_site_follow_the_branch_taken():
     def f(w, p):
         h = fx.cond(p, lambda: acts.tap("a", w * 3), lambda: w)
