@@ -33,6 +33,7 @@ __all__ = [
     "enter_block",
     "here",
     "exit_block",
+    "forwards_outward",
     "home_trace",
     "mark_used",
     "note_missing",
@@ -475,5 +476,11 @@ def mark_used(stack: Stack, effects: Any, *, plumbing: bool = False) -> None:
         for handler, ref in chain(stack, effect):
             if type(ref) is Tracked:
                 (ref.plumbed if plumbing else ref.used).add(effect)
-            if not handler.forwards or handler._effax_holds is not None:
+            if not forwards_outward(handler):
                 break
+
+
+def forwards_outward(handler: Handler[Any]) -> bool:
+    """Whether what `handler` does not answer goes on to the handler installed outside
+    it on the stack (an interceptor installed there, holding no target of its own)."""
+    return handler.forwards and handler._effax_holds is None

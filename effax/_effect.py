@@ -280,7 +280,7 @@ def _outer_entry(effect: Effect[Any], handler: Handler[Any]) -> _context.Entry |
                         f"{effect!r}, so the handler it forwards to is ambiguous (forwarding "
                         "would reach it again). Install it once, or create a second one."
                     )
-                if not further[0].forwards or further[0]._effax_holds is not None:
+                if not _context.forwards_outward(further[0]):
                     break
                 further = next(entries, None)
             return outer
