@@ -125,6 +125,9 @@ import pytest
 
 import effax as fx
 
+# the core transparency suite: leak-checked on every JAX line, run on the middle one
+pytestmark = pytest.mark.core
+
 SHARDS = 8
 _DEFAULT_PROGRAMS = "100" if os.environ.get("HYPOTHESIS_PROFILE") == "ci-small" else "500"
 PROGRAMS = int(os.environ.get("EFFAX_FUZZ_PROGRAMS", _DEFAULT_PROGRAMS))

@@ -24,6 +24,9 @@ from jax.sharding import PartitionSpec as P
 
 import effax as fx
 
+# the core transparency suite: leak-checked on every JAX line, run on the middle one
+pytestmark = pytest.mark.core
+
 try:
     _shard_map = jax.shard_map
 except AttributeError:  # older JAX

@@ -8,6 +8,9 @@ from helpers import assert_bitwise_equal, assert_transparent
 
 import effax as fx
 
+# the core transparency suite: leak-checked on every JAX line, run on the middle one
+pytestmark = pytest.mark.core
+
 scale = fx.Ask[jax.Array]("scale")
 total = fx.State[jax.Array]("total")
 stream = fx.RandomKey("stream")

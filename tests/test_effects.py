@@ -8,6 +8,9 @@ from helpers import assert_bitwise_equal
 
 import effax as fx
 
+# the core transparency suite: leak-checked on every JAX line, run on the middle one
+pytestmark = pytest.mark.core
+
 temperature = fx.Ask[float]("temperature")
 config = fx.Ask[tuple[int, str]]("config", static=True)
 steps = fx.State[jax.Array]("steps")

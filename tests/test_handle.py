@@ -11,6 +11,9 @@ from helpers import assert_transparent
 
 import effax as fx
 
+# the core transparency suite: leak-checked on every JAX line, run on the middle one
+pytestmark = pytest.mark.core
+
 temperature = fx.Ask[jax.Array]("temperature")
 mode = fx.Ask[str]("mode", static=True)
 steps = fx.State[jax.Array]("steps")

@@ -11,6 +11,9 @@ import effax as fx
 from effax import _threefry
 from tests.helpers import assert_bitwise_equal
 
+# the core transparency suite: leak-checked on every JAX line, run on the middle one
+pytestmark = pytest.mark.core
+
 SEEDS = {
     "threefry (typed)": lambda: jax.random.key(3),
     "threefry (raw uint32[2])": lambda: jax.random.PRNGKey(3),

@@ -36,6 +36,9 @@ from hypothesis import HealthCheck, Phase, given, seed, settings, strategies as 
 
 import effax as fx
 
+# the core transparency suite: leak-checked on every JAX line, run on the middle one
+pytestmark = pytest.mark.core
+
 # The programs are checked in SHARDS tests (each deterministic, with its own seed),
 # so that a parallel run spreads them over its workers.
 SHARDS = 5

@@ -11,6 +11,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import effax as fx
 
+# the core transparency suite: leak-checked on every JAX line, run on the middle one
+pytestmark = pytest.mark.core
+
 params = fx.State[dict[str, jax.Array]]("params")
 dropout = fx.RandomKey("dropout")
 lr = fx.Ask[jax.Array]("lr")
