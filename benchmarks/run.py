@@ -22,6 +22,8 @@ Cases (see each module's docstring):
 - 12 ``bench_taps.py``: `effax.Tap` in a compiled training step (layers in a Python
   loop, and in an ``effax.scan``): under ``ignore()`` against the step without taps,
   under ``record()`` against the step returning its activations by hand.
+- 13 ``bench_nnx.py``: `effax.nnx` on Flax's scan-over-layers model (examples/
+  nnx_scan_layers.py) against the pure Flax NNX program: per step and first call.
 
 Prints a table of medians and ratios (contender / baseline, lower is better) and
 writes ``results.json``, ``results.md`` and ``results.png`` (if matplotlib is
@@ -50,6 +52,7 @@ import bench_donation
 import bench_eager
 import bench_first_call
 import bench_keys
+import bench_nnx
 import bench_peers
 import bench_taps
 import jax
@@ -65,6 +68,7 @@ CASES: dict[str, tuple[str, Callable[[list[str]], dict[str, Any]]]] = {
     "8-9": ("keys", bench_keys.main),
     "10": ("donation", bench_donation.main),
     "12": ("taps", bench_taps.main),
+    "13": ("nnx", bench_nnx.main),
 }
 
 

@@ -18,6 +18,7 @@ compiled call returns none (`check_no_ref_out`).
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple, NoReturn, Protocol, runtime_checkable
 
@@ -28,7 +29,7 @@ import numpy as np
 from . import _trace
 from ._context import Blocked
 from ._effect import Effect
-from ._errors import EffectTypeError, StateTypeError
+from ._errors import EffectTypeError, EffectUsageError, StateTypeError
 from ._protocol import Export, Outcome
 
 __all__ = [
@@ -39,8 +40,10 @@ __all__ = [
     "cannot_compile",
     "check_no_ref_out",
     "check_carry",
+    "check_module_updates",
     "check_outcome",
     "describe_signature",
+    "graph_variables",
     "is_cannot_compile",
     "is_ref",
     "pin",
@@ -392,3 +395,47 @@ def unpin(carry: Any, pinned: Pinned | None) -> Any:
     refs = dict(pinned.refs)
     put = lambda path, x: refs.get(path, x)
     return jax.tree_util.tree_map_with_path(put, carry, is_leaf=_is_none)
+
+
+# --- module state a traced body would drop -------------------------------------------
+# Flax NNX modules are pytrees: given to a JAX loop or batch as an argument, the body
+# gets a copy, and a Variable it changes (BatchNorm statistics) is lost unless the body
+# returns it. Only Flax NNX's own transforms (and effax.nnx's twins) carry it back.
+
+
+def graph_variables(tree: Any) -> list[Any]:
+    """The Flax NNX Variables in `tree` (none unless the program imported Flax NNX)."""
+    nnx = sys.modules.get("flax.nnx")
+    if nnx is None:
+        return []
+    variable = nnx.Variable
+    found = jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, variable))
+    return [leaf for leaf in found if isinstance(leaf, variable)]
+
+
+def check_module_updates(where: str, before: list[tuple[Any, Any]], out: Any) -> None:
+    """Refuse a body that changed a Variable of a module it was given (`before`: each
+    Variable and its value at entry) without returning it in `out`."""
+    returned = {id(v) for v in graph_variables(out)}
+    for variable, value in before:
+        if variable.get_value() is not value and id(variable) not in returned:
+            twin = _NNX_TWINS.get(where)
+            use = (
+                f"Use {twin} (Flax NNX's arguments), which carries module state, or "
+                if twin
+                else "Pass the module's state explicitly and "
+            )
+            raise EffectUsageError(
+                f"The body of {where} changed a {type(variable).__name__} of a Flax NNX "
+                f"module it was given (e.g. BatchNorm statistics), but {where} passes the "
+                "module in as arrays, so the change would be lost when the body returns. "
+                f"{use}return the module from the body."
+            )
+
+
+_NNX_TWINS = {
+    **{f"effax.{name}": f"effax.nnx.{name}" for name in ("scan", "vmap", "cond", "switch")},
+    "effax.while_loop": "effax.nnx.while_loop",
+    "effax.map": "effax.nnx.scan",
+    "effax.grad": "effax.nnx.grad",
+}

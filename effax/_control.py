@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, cast, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +46,17 @@ from ._plan import Plan
 from ._protocol import Outcome
 from ._region import Region
 
-__all__ = ["Records", "cond", "fori_loop", "map", "scan", "switch", "while_loop"]
+__all__ = [
+    "JAX",
+    "Primitives",
+    "Records",
+    "cond",
+    "fori_loop",
+    "map",
+    "scan",
+    "switch",
+    "while_loop",
+]
 
 C = TypeVar("C")
 X = TypeVar("X")
@@ -68,6 +78,19 @@ class Records(Protocol):
         outputs match, given every branch's static outcome (`statics`, None for a
         branch not traced yet)."""
         ...
+
+
+class Primitives(NamedTuple):
+    """The primitives the bodies run in, and the wrappers' prefix in messages: JAX's,
+    or Flax NNX's lifted ones (`effax.nnx`: module state carried across the bodies)."""
+
+    prefix: str
+    cond: Callable[..., Any]
+    switch: Callable[..., Any]
+    while_loop: Callable[..., Any]
+
+
+JAX = Primitives("effax", lax.cond, lax.switch, lax.while_loop)
 
 
 @_trace.api_boundary
@@ -250,9 +273,10 @@ def while_loop(cond_fun: Callable[[C], Any], body_fun: Callable[[C], C], init_va
     return _eager.run(_while, [cond_fun, body_fun], None, init_val)  # type: ignore[no-any-return]
 
 
-def _while(fns: list[Any], options: None, init_val: Any) -> Any:
+def _while(fns: list[Any], options: None, init_val: Any, *, primitives: Primitives = JAX) -> Any:
     cond_fun, body_fun = fns
-    region = Region(fns, name="effax.while_loop")
+    prefix = primitives.prefix
+    region = Region(fns, name=f"{prefix}.while_loop")
 
     def cond(carry: Any) -> Any:
         value, handler_carries = carry
@@ -267,7 +291,7 @@ def _while(fns: list[Any], options: None, init_val: Any) -> Any:
             )
             if before.static != after.static or not same_carry or jax.tree.leaves(after.values):
                 raise EffectUsageError(
-                    f"{effect!r} was changed inside effax.while_loop's cond_fun. cond_fun may "
+                    f"{effect!r} was changed inside {prefix}.while_loop's cond_fun. cond_fun may "
                     "read effects (ask, get) but not change them: move the update into "
                     "body_fun."
                 )
@@ -280,21 +304,24 @@ def _while(fns: list[Any], options: None, init_val: Any) -> Any:
         if emitting is not None:
             raise EffectUsageError(
                 f"{emitting!r} sent out values (emitted, or recorded taps) inside "
-                "effax.while_loop, whose trip count is not known at trace time, so they "
-                "cannot be collected. Use effax.scan or "
-                "effax.fori_loop with Python-int bounds (values are stacked per step), or "
+                f"{prefix}.while_loop, whose trip count is not known at trace time, so they "
+                f"cannot be collected. Use {prefix}.scan or "
+                f"{prefix}.fori_loop with Python-int bounds (values are stacked per step), or "
                 "reduce them into a State instead."
             )
         return new_value, [o.carry for o in outcomes]
 
-    final, carries = lax.while_loop(cond, body, (init_val, region.carries))
+    final, carries = primitives.while_loop(cond, body, (init_val, region.carries))
     none = [None] * len(carries)
     region.absorb(carries, none, steps=None, statics=none)
     return final
 
 
-def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands: Any) -> R:
-    region = Region(branches, name=f"effax.{kind}")
+def _branches(
+    branches: list[Callable[..., R]], kind: str, index: Any, *ops: Any, primitives: Primitives = JAX
+) -> R:
+    prefix = primitives.prefix
+    region = Region(branches, name=f"{prefix}.{kind}")
     statics: list[list[Any]] = [[] for _ in branches]
     structures: list[Any] = [None for _ in branches]
     # The branches' static outcomes, once a first attempt traced them all and some
@@ -332,7 +359,7 @@ def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands
         # jit, checkpoint, scan or grad this cond is traced in), so it is done there
         # too (an extra trace of each branch, only where a vmap is around).
         shared = (
-            _same_in_every_branch(wrapped, region.carries, operands)
+            _same_in_every_branch(wrapped, region.carries, ops)
             if _trace.batched_here(index)
             or (
                 _trace.is_tracer(index)
@@ -342,9 +369,9 @@ def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands
             else {}
         )
         if kind == "cond":
-            result = lax.cond(index, wrapped[0], wrapped[1], region.carries, *operands)
+            result = primitives.cond(index, wrapped[0], wrapped[1], region.carries, *ops)
         else:
-            result = lax.switch(index, wrapped, region.carries, *operands)
+            result = primitives.switch(index, wrapped, region.carries, *ops)
         return result, shared
 
     def differ() -> bool:
@@ -365,7 +392,7 @@ def _branches(branches: list[Callable[..., R]], kind: str, index: Any, *operands
                 effect, described = mismatch
                 raise EffectUsageError(
                     f"{effect!r} emitted different numbers or kinds of values in the "
-                    f"branches of effax.{kind} ({described}). Every branch must emit the "
+                    f"branches of {prefix}.{kind} ({described}). Every branch must emit the "
                     "same structure, shapes and dtypes (emit a zero placeholder of the same "
                     "type in the other branch, cast with .astype, or collect into a State "
                     "instead)."

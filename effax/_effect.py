@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NoReturn, Typ
 
 import jax
 
-from . import _context, _trace
+from . import _context, _naming, _trace
 from ._arguments import check_unleaked
 from ._context import Blocked
 from ._errors import (
@@ -290,11 +290,16 @@ def _outer_entry(effect: Effect[Any], handler: Handler[Any]) -> _context.Entry |
 def unsplit_message(effect: Effect[Any]) -> str:
     """The message of performing `effect` (whose handler must give each batch
     element its own result, as a key stream does) under a raw ``jax.vmap``."""
+    vmap, wrapper = (
+        ("Flax NNX's nnx.vmap", "effax.nnx.vmap")
+        if _naming.inside_nnx_vmap()
+        else ("jax.vmap", "effax.vmap")
+    )
     return (
-        f"{effect!r} was performed inside jax.vmap, but its handler was installed outside "
+        f"{effect!r} was performed inside {vmap}, but its handler was installed outside "
         "it, so every element of the batch would get the same result (the same key). "
-        "Use effax.vmap(fn, keys='split') for a distinct stream per element, or "
-        "effax.vmap(fn, keys='shared') for the keys the unbatched function draws; or "
+        f"Use {wrapper}(fn, keys='split') for a distinct stream per element, or "
+        f"{wrapper}(fn, keys='shared') for the keys the unbatched function draws; or "
         "install the handler inside the vmapped function."
     )
 
@@ -313,7 +318,7 @@ def leak_message(effect: Effect[Any], reach: str) -> str:
             "custom_jvp function), or differentiate inside the compiled function: "
             "effax.jit(jax.grad(f)) rather than jax.grad(effax.jit(f))."
         )
-    api = _trace.innermost_staging_api()
+    api = _naming.innermost_staging_api()
     if reach == "staged":
         where = f"inside {api[0]}" if api else "inside a staging JAX transformation"
         fix = (

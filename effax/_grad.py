@@ -84,12 +84,28 @@ def value_and_grad(
 
     """
     _check_differentiated(fun, argnums, "effax.value_and_grad")
+    differentiate = ft.partial(jax.value_and_grad, holomorphic=holomorphic, allow_int=allow_int)
+    return _value_and_grad(fun, argnums, has_aux, differentiate, prefix="effax")
+
+
+def _value_and_grad(
+    fun: Callable[..., Any],
+    argnums: Any,
+    has_aux: bool,
+    differentiate: Callable[..., Any],
+    *,
+    prefix: str,
+) -> Callable[..., tuple[Any, Any]]:
+    """`value_and_grad` with the differentiating transformation given:
+    `differentiate(inner, argnums, has_aux=True)` is `jax.value_and_grad`'s (or Flax
+    NNX's, whose `argnums` may hold `nnx.DiffState`s). `prefix` names the wrappers
+    in messages ("effax", "effax.nnx")."""
 
     @_trace.api_boundary
     @ft.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        check_unleaked((args, kwargs), "its arguments", "effax.value_and_grad")
-        region = Region(fun, name="effax.grad")
+        check_unleaked((args, kwargs), "its arguments", f"{prefix}.value_and_grad")
+        region = Region(fun, name=f"{prefix}.grad")
         # Handlers that take part in differentiation (a tap's gradients()): what
         # they perturb is sized by an abstract run, then differentiated as one more
         # argument (see `Differentiating`).
@@ -120,12 +136,12 @@ def value_and_grad(
             return value, (aux, region.split(outcomes))
 
         numbers = argnums if not taking else (*_as_tuple(argnums), n)
-        (value, (aux, (carries, values))), grads = jax.value_and_grad(
-            inner, numbers, has_aux=True, holomorphic=holomorphic, allow_int=allow_int
-        )(*args, *([eps] if taking else []), **kwargs)
+        (value, (aux, (carries, values))), grads = differentiate(inner, numbers, has_aux=True)(
+            *args, *([eps] if taking else []), **kwargs
+        )
         if taking:
             grads, cotangents = grads[:-1], grads[-1]
-            grads = grads[0] if isinstance(argnums, int) else grads
+            grads = grads if isinstance(argnums, (tuple, list)) else grads[0]
             for j, layout, cotangent in zip(taking, layouts, cotangents, strict=True):
                 got = Outcome(region.statics[j], None, values[j])
                 outcome = takers[j].with_cotangents(got, layout, cotangent)
@@ -136,8 +152,8 @@ def value_and_grad(
     return wrapped
 
 
-def _as_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
-    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+def _as_tuple(argnums: Any) -> tuple[Any, ...]:
+    return tuple(argnums) if isinstance(argnums, (tuple, list)) else (argnums,)
 
 
 def _perturbations(
@@ -186,11 +202,18 @@ def grad(
     """
     _check_differentiated(fun, argnums, "effax.grad")
     value_and_grad_fun = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
+    return _grad_of(value_and_grad_fun, fun, has_aux, "effax.grad")
+
+
+def _grad_of(
+    value_and_grad_fun: Callable[..., tuple[Any, Any]], fun: Any, has_aux: bool, where: str
+) -> Callable[..., Any]:
+    """The `grad` of a wrapper's `value_and_grad`: the gradients (and the aux)."""
 
     @_trace.api_boundary
     @ft.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        check_unleaked((args, kwargs), "its arguments", "effax.grad")
+        check_unleaked((args, kwargs), "its arguments", where)
         value, grads = value_and_grad_fun(*args, **kwargs)
         return (grads, value[1]) if has_aux else grads
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools as ft
 import inspect
+import sys
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
@@ -285,15 +286,24 @@ def _check_transform(transform: Transform) -> None:
     effax wrapper to use instead."""
     base = normalize_transform(transform)
     base = base.func if isinstance(base, ft.partial) else base
-    for rewriting, instead in _REWRITING.items():
+    rewritings: dict[Any, str] = dict(_REWRITING)
+    nnx = sys.modules.get("flax.nnx")  # (Flax NNX's, when the program uses Flax)
+    if nnx is not None:
+        for name in ("vmap", "scan", "grad", "value_and_grad", "pmap"):
+            twin = "effax.nnx.vmap" if name == "pmap" else f"effax.nnx.{name}"
+            rewritings[getattr(nnx, name, None)] = f"{twin} (NNX's arguments) inside fn"
+    for rewriting, instead in rewritings.items():
         if base is rewriting:
+            name = getattr(base, "__name__", repr(base))
+            if nnx is not None and base is getattr(nnx, name, None):
+                name = f"nnx.{name}"
             raise EffectTypeError(
-                f"effax.handle(fn, transform={getattr(base, '__name__', base)}) cannot carry "
+                f"effax.handle(fn, transform={name}) cannot carry "
                 "effects: handle passes the handlers' values into the transformed function "
                 "as extra inputs and takes their new values out as extra outputs, which "
                 "this transformation would map or differentiate. handle's transform must "
                 "call the function once with the inputs it was given (jax.jit, "
-                "jax.checkpoint, jax.eval_shape, eqx.filter_jit, nnx.jit). Use "
+                "jax.checkpoint, jax.eval_shape, eqx.filter_jit, nnx.jit, nnx.remat). Use "
                 f"{instead} instead."
             )
 

@@ -27,7 +27,7 @@ from typing import (
     runtime_checkable,
 )
 
-from . import _context, _trace
+from . import _context, _naming, _trace
 from ._errors import STAGED_HANDLER, EffectLeakError, EffectTypeError
 from ._fields import Fields
 
@@ -439,7 +439,7 @@ def check_home(handler: Handler[Any]) -> None:
         return
     reach = _trace.reachability(home)
     if reach == "staged":  # made outside a staging trace that installs it inside
-        api = _trace.innermost_staging_api()
+        api = _naming.innermost_staging_api()
         where = api[0] if api else "jax.jit (or other staging JAX transformation)"
         raise EffectLeakError(STAGED_HANDLER.format(effect=handler.effect, where=where))
     if reach != "ok":

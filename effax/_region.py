@@ -22,7 +22,17 @@ from typing import Any, TypeVar
 import jax
 
 from . import _context
-from ._boundary import Uncompilable, is_ref, pin, ref_refusal, strong, unpin, unplumbable
+from ._boundary import (
+    Uncompilable,
+    check_module_updates,
+    graph_variables,
+    is_ref,
+    pin,
+    ref_refusal,
+    strong,
+    unpin,
+    unplumbable,
+)
 from ._context import Entry
 from ._effect import Effect, declared_row
 from ._errors import EffectUsageError
@@ -125,6 +135,9 @@ class Region:
         """Inside a body: rebuild the handlers from `carries`, run `fn(*args)`
         (calling `before` with the rebuilt handlers first, if given)."""
         consts = self.consts if consts is None else consts
+        # (Flax NNX modules among the arguments: a Variable changed must come out)
+        given = [] if self.name.startswith("effax.nnx.") else graph_variables((args, kwargs))
+        at_entry = [(v, v.get_value()) for v in given]
         unpinned = [unpin(c, p) for c, p in zip(carries, self.pins, strict=True)]
         dynamic = list(zip(consts, unpinned, strict=True))
         try:
@@ -144,6 +157,8 @@ class Region:
             if refused is None:
                 raise
             raise self._ref_error(refused) from error
+        if at_entry:
+            check_module_updates(self.name, at_entry, out)
         outcomes = outcomes_of(
             self.plan, dynamic, inner, carry_required=carry_required, where=self.name
         )

@@ -34,6 +34,7 @@ from jax._src.interpreters import ad as _ad, batching as _batching, partial_eval
 from jax._src.lax import lax as _lax
 
 __all__ = [
+    "SHARD_MAP_MODULE",
     "SUPPORTED_JAX",
     "EFFAX_DIR",
     "api_boundary",
@@ -47,7 +48,7 @@ __all__ = [
     "evaluating",
     "foreign_tracers",
     "hide_frames",
-    "innermost_staging_api",
+    "is_vmap_frame",
     "is_tracer",
     "jit_factory_options",
     "output_program",
@@ -278,51 +279,15 @@ def foreign_tracers(leaves: Iterable[Any], set_ref: TraceRef, *, unmapped: bool 
     return False
 
 
-# Public JAX entry points whose Python frames identify the staging transform that
-# is being traced, mapped to the effax wrapper to use instead. Only consulted to
-# word an error message, never to decide anything.
-_JIT = ("jax.jit", "effax.jit (or effax.handle(fn, transform=jax.jit))")
-_NAMESAKES = ("scan", "map", "fori_loop", "while_loop", "cond", "switch", "checkpoint")
-_STAGING_APIS: Final = {
-    **{name: (name, f"effax.{name}") for name in _NAMESAKES},
-    **dict.fromkeys(("remat", "fun_remat"), ("checkpoint", "effax.checkpoint")),
-    "eval_shape": ("eval_shape", "effax.handle(fn, transform=jax.eval_shape)"),
-    **dict.fromkeys(
-        ("make_jaxpr", "make_jaxpr_f"),
-        (
-            "jax.make_jaxpr",
-            "jax.make_jaxpr(effax.handle(fn, handler)), which installs the handler inside "
-            "the traced function,",
-        ),
-    ),
-    "pmap": ("pmap", "effax.shard_map"),
-    **dict.fromkeys(("_python_pjit_helper", "_cpp_pjit", "cache_miss", "trace"), _JIT),
-}
-_STAGING_MODULES: Final = {"jax._src.shard_map": ("shard_map", "effax.shard_map")}
+# JAX's own frames that `_naming` recognises on the stack (to name them in messages)
+SHARD_MAP_MODULE: Final = "jax._src.shard_map"
 
 
-def innermost_staging_api() -> tuple[str, str] | None:
-    """Best effort: ``(jax api, effax wrapper)`` of the staging transform being traced.
-
-    Walks the Python stack outwards to the innermost frame that belongs to a known
-    staging API, then on through further frames of the same JAX module (so
-    ``lax.map`` is reported rather than the ``lax.scan`` it calls, but a
-    ``shard_map`` inside ``jax.jit`` is reported as ``shard_map``). Returns `None`
-    if nothing is recognised.
-    """
-    frame: Any = sys._getframe(1)
-    found: tuple[str, str] | None = None
-    found_module = ""
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.startswith("jax."):
-            api = _STAGING_MODULES.get(module) or _STAGING_APIS.get(frame.f_code.co_name)
-            if api is not None and (found is None or module == found_module):
-                found, found_module = api, module
-        elif found is not None:
-            break
-        frame = frame.f_back
-    return found
+def is_vmap_frame(frame: Any) -> bool:
+    """Whether `frame` is `jax.vmap`'s batched function being called."""
+    return bool(
+        frame.f_code.co_name == "vmap_f" and frame.f_globals.get("__name__") == "jax._src.api"
+    )
 
 
 def prune(

@@ -211,30 +211,44 @@ def vmap(
     @ft.wraps(fun)
     def batched(*args: Any) -> Any:
         check_unleaked(args, "its arguments", "effax.vmap")
-        depth = _vmap_depth.get()
-        name = axis_name if axis_name is not None else f"effax_vmap_{depth}"
-        region = Region(fun, _policy("effax.vmap", keys, state, (name,)), name="effax.vmap")
-
-        def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
-            axes = in_axes if isinstance(in_axes, (list, tuple)) else (in_axes,) * len(args)
-            return jax.vmap(
-                inner,
-                in_axes=(carry_axes, *axes),
-                out_axes=(out_axes, carry_axes, 0),
-                axis_name=name,
-                axis_size=axis_size,
-                spmd_axis_name=spmd_axis_name,
-            )
-
-        token = _vmap_depth.set(depth + 1)
-        try:
-            return _batched(region, fun, transform, wrapper_name="effax.vmap", check_shared=True)(
-                *args
-            )
-        finally:
-            _vmap_depth.reset(token)
+        options = {"axis_size": axis_size, "spmd_axis_name": spmd_axis_name}
+        batching = (jax.vmap, in_axes, out_axes, axis_name, options)
+        return _vmap_call(fun, args, batching, keys, state, "effax.vmap")
 
     return batched  # type: ignore[return-value]
+
+
+def _vmap_call(
+    fun: Callable[..., Any],
+    args: tuple[Any, ...],
+    batching: tuple[Callable[..., Any], Any, Any, Hashable | None, dict[str, Any]],
+    keys: Any,
+    state: Any,
+    wrapper_name: str,
+) -> Any:
+    """One call of a batching wrapper (`effax.vmap`, `effax.nnx.vmap`): `batching` is
+    `(vmap, in_axes, out_axes, axis_name, options)`, with JAX's or Flax NNX's `vmap`;
+    the handler carries are one more argument, on the axes the policy gives them."""
+    vmap, in_axes, out_axes, axis_name, options = batching
+    depth = _vmap_depth.get()
+    name = axis_name if axis_name is not None else f"effax_vmap_{depth}"
+    region = Region(fun, _policy(wrapper_name, keys, state, (name,)), name=wrapper_name)
+
+    def transform(inner: Callable[..., Any], carry_axes: Any, carries: Any) -> Any:
+        axes = in_axes if isinstance(in_axes, (list, tuple)) else (in_axes,) * len(args)
+        return vmap(
+            inner,
+            in_axes=(carry_axes, *axes),
+            out_axes=(out_axes, carry_axes, 0),
+            axis_name=name,
+            **options,
+        )
+
+    token = _vmap_depth.set(depth + 1)
+    try:
+        return _batched(region, fun, transform, wrapper_name=wrapper_name, check_shared=True)(*args)
+    finally:
+        _vmap_depth.reset(token)
 
 
 def checkpoint(

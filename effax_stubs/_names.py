@@ -32,6 +32,7 @@ __all__ = [
     "KINDS",
     "MAKERS",
     "OPERATIONS",
+    "EFFAX_NNX",
     "PERFORMING",
     "RETURNING",
     "RNG",
@@ -116,7 +117,9 @@ FUNCTION_NAMES: Final = ("fun", "f", "fn")
 # the last part of their full name: the transformations return a function that
 # performs what the one they are given performs, when it is called (as effax's
 # `RETURNING` wrappers do); the others call what they are given at once.
-HIGHER_ORDER_PACKAGES: Final = ("jax.", "equinox.", "flax.")
+# (effax.nnx's twins have Flax NNX's signatures: treated as NNX's own)
+EFFAX_NNX: Final = ("effax.nnx.", "effax._nnx_grad.")
+HIGHER_ORDER_PACKAGES: Final = ("jax.", "equinox.", "flax.", *EFFAX_NNX)
 FOREIGN_TRANSFORMS: Final = frozenset(
     {
         "grad",
@@ -180,8 +183,9 @@ def foreign_higher_order(fullname: str | None) -> str | None:
     if not fullname.startswith(HIGHER_ORDER_PACKAGES):
         return None
     name = fullname.rpartition(".")[2]
-    if name in FOREIGN_TRANSFORMS or (name == "scan" and fullname.startswith("flax.")):
-        return "returns"  # (Flax NNX's scan returns the scanned function)
+    nnx_scan = name == "scan" and fullname.startswith(("flax.", *EFFAX_NNX))
+    if name in FOREIGN_TRANSFORMS or nnx_scan:
+        return "returns"  # (Flax NNX's scan, and its effax.nnx twin, return a function)
     return "calls" if name in FOREIGN_CALLING else None
 
 
@@ -221,7 +225,7 @@ Row = frozenset[str]  # effects, by the full name of their declaration
 
 def effax_name(fullname: str | None) -> str | None:
     """`scan` for `effax.scan` or `effax._control.scan`; None for anything else."""
-    if not fullname or not fullname.startswith("effax."):
+    if not fullname or not fullname.startswith("effax.") or fullname.startswith(EFFAX_NNX):
         return None
     parts = fullname.split(".")
     if all(part.startswith("_") for part in parts[1:-1]):

@@ -117,6 +117,14 @@ def test_bench_taps_quick(benchmarks_on_path):
     assert not any(results["retraces_while_timing"].values()), results["retraces_while_timing"]
 
 
+@pytest.mark.uses_jit_cache  # compiles the effax.nnx and the NNX steps, twice each
+def test_bench_nnx_quick(benchmarks_on_path):
+    results = load("bench_nnx").main(["--quick"])
+    check_rows(results["rows"], {"13"})
+    assert results["agree"]  # losses and model states bitwise the NNX program's
+    assert {r["target"] for r in results["rows"]} == {1.02, 1.05}
+
+
 def test_bench_keys_quick(benchmarks_on_path):
     results = load("bench_keys").main(["--quick"])
     check_rows(results["rows"], {"8", "9"})

@@ -106,5 +106,6 @@ def test_every_example_is_tested():
     }
     # tested in files of their own, with the library each one is ported from
     tested |= {"flax_nnx_cnn", "svi", "metropolis", "ppl", "interpretability", "haiku_resnet"}
+    tested |= {"nnx_scan_layers"}  # tests/test_nnx_example.py
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
     assert scripts == tested

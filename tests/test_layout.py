@@ -9,7 +9,7 @@ EFFAX = pathlib.Path(__file__).parent.parent / "effax"
 
 LAYERS = [
     {"_trace", "_errors"},
-    {"_context", "_threefry", "_arguments", "_entries", "_fields"},
+    {"_context", "_threefry", "_arguments", "_entries", "_fields", "_naming"},
     {"_protocol", "_effect"},
     {"_ask", "_state", "_state_dict", "_random_key", "_emit", "_intercept", "_recorder"},
     {
@@ -31,6 +31,8 @@ LAYERS = [
     {"_handle"},
     {"_eager"},
     {"_control", "_transforms", "_grad", "random"},
+    {"_nnx_grad"},
+    {"nnx"},
 ]
 LAYER = {module: i for i, layer in enumerate(LAYERS) for module in layer}
 
