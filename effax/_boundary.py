@@ -44,6 +44,8 @@ __all__ = [
     "check_outcome",
     "describe_signature",
     "graph_variables",
+    "module_values",
+    "nnx_dropping",
     "is_cannot_compile",
     "is_ref",
     "pin",
@@ -413,6 +415,24 @@ def graph_variables(tree: Any) -> list[Any]:
     return [leaf for leaf in found if isinstance(leaf, variable)]
 
 
+def module_values(tree: Any) -> list[tuple[Any, Any]]:
+    """Each Flax NNX Variable in `tree` and its value now, for `check_module_updates`."""
+    return [(v, v.get_value()) for v in graph_variables(tree)]
+
+
+def nnx_dropping(transform: Any) -> str | None:
+    """The name of ``handle(fn, transform=transform)``, for messages, if `transform`
+    passes Flax NNX modules in as arrays (a Variable changed inside is lost unless
+    returned); None for NNX's own transforms (``nnx.jit``, ``nnx.remat``), which
+    carry module state."""
+    base = transform.func if isinstance(transform, functools.partial) else transform
+    if (getattr(base, "__module__", None) or "").startswith("flax."):
+        return None
+    if base is jax.jit or base is jax.checkpoint:
+        return f"effax.{'jit' if base is jax.jit else 'checkpoint'}"
+    return f"effax.handle(fn, transform={getattr(base, '__qualname__', repr(base))})"
+
+
 def check_module_updates(where: str, before: list[tuple[Any, Any]], out: Any) -> None:
     """Refuse a body that changed a Variable of a module it was given (`before`: each
     Variable and its value at entry) without returning it in `out`."""
@@ -438,4 +458,6 @@ _NNX_TWINS = {
     "effax.while_loop": "effax.nnx.while_loop",
     "effax.map": "effax.nnx.scan",
     "effax.grad": "effax.nnx.grad",
+    "effax.jit": "effax.handle(fn, transform=nnx.jit)",
+    "effax.checkpoint": "effax.nnx.remat",
 }

@@ -27,7 +27,14 @@ from typing import Any, NamedTuple
 import jax
 
 from . import _context, _trace, _warmpath
-from ._boundary import check_no_ref_out, placeholder, zeros_like
+from ._boundary import (
+    check_module_updates,
+    check_no_ref_out,
+    module_values,
+    nnx_dropping,
+    placeholder,
+    zeros_like,
+)
 from ._effect import Effect, declared_row
 from ._environment import Environment, Exports, Resolved, export_of, plan_of
 from ._inside import outcomes_of, passed_through, run_inside
@@ -274,6 +281,8 @@ class Function:
         except TypeError:
             self.fn_ref = lambda: fn
         self.transform, self.abstract = _abstract(transform)
+        # (a body changing a Flax NNX module it was given: the name to refuse it by)
+        self.drops_modules = None if self.abstract else nnx_dropping(self.transform)
         # Whether Python numbers among the plumbed inputs cross as NumPy scalars:
         # for transformations that could hold them static (`_plumb.traces_numbers`).
         self.box = not traces_numbers(transform)
@@ -336,6 +345,10 @@ class Function:
             dynamic = plan.unflatten(flat[: plan.n_in])
             used: set[Effect[Any]] = set()
             missing: set[Effect[Any]] = set()
+            dropping = self.drops_modules  # (under jax.disable_jit, jit runs fn itself)
+            if dropping == "effax.jit" and jax.config.jax_disable_jit:
+                dropping = None
+            at_entry = module_values((flat[plan.n_in :], kwargs)) if dropping else []
             out, inner = run_inside(
                 plan,
                 dynamic,
@@ -346,6 +359,8 @@ class Function:
                 standins=_standins(program, Exports() if pending is None else pending.exports),
                 recorder=missing,
             )
+            if dropping and at_entry:
+                check_module_updates(dropping, at_entry, out)
             outcomes = outcomes_of(
                 plan, dynamic, inner, carry_required=False, where="a compiled call"
             )
@@ -479,3 +494,4 @@ def _abstract(transform: Transform) -> tuple[Transform, bool]:
     if transform is jax.eval_shape:
         return (lambda f: ft.partial(jax.eval_shape, f)), True
     return transform, False
+

@@ -25,8 +25,8 @@ from . import _context
 from ._boundary import (
     Uncompilable,
     check_module_updates,
-    graph_variables,
     is_ref,
+    module_values,
     pin,
     ref_refusal,
     strong,
@@ -136,8 +136,7 @@ class Region:
         (calling `before` with the rebuilt handlers first, if given)."""
         consts = self.consts if consts is None else consts
         # (Flax NNX modules among the arguments: a Variable changed must come out)
-        given = [] if self.name.startswith("effax.nnx.") else graph_variables((args, kwargs))
-        at_entry = [(v, v.get_value()) for v in given]
+        at_entry = [] if self.name.startswith("effax.nnx.") else module_values((args, kwargs))
         unpinned = [unpin(c, p) for c, p in zip(carries, self.pins, strict=True)]
         dynamic = list(zip(consts, unpinned, strict=True))
         try:

@@ -34,6 +34,18 @@ run_suite() {  # run_suite NAME HYPOTHESIS_PROFILE [TEST PATH...]
     -n "${PYTEST_WORKERS:-auto}" "$@" "${PYTEST_ARGS[@]}"
 }
 
+# Each stage's wall time, listed at the end (where the time goes); a stage's start shows
+# the time since the start of the script.
+STAGES=()
+stage_name="" stage_start=$SECONDS
+stage() {  # stage NAME: end the stage running (if any), start NAME
+  if [ -n "$stage_name" ]; then
+    STAGES+=("$(printf '%4ds  %s' $((SECONDS - stage_start)) "$stage_name")")
+  fi
+  stage_name="$1" stage_start=$SECONDS
+  if [ -n "$1" ]; then echo "==> $1 (at $((SECONDS / 60))m$((SECONDS % 60))s)"; fi
+}
+
 PYTEST_ARGS=("$@")
 # The JAX each environment tests, jax and jaxlib alike (pyproject.toml allows
 # >=0.10,<0.13; these are the newest patches of each line on the index).
@@ -87,32 +99,41 @@ await_env() {  # await_env NAME PID
   fi
   cat "$logs/$1"
 }
+stage "environment: default"
 make_env default "$PY_DEFAULT" "[dev,docs]" "jax==$JAX_DEFAULT" "jaxlib==$JAX_DEFAULT"
 
-echo "==> ruff"
+stage "ruff"
 .venvs/default/bin/ruff check .
 .venvs/default/bin/ruff format --check .
-echo "==> mypy --strict effax/ effax_stubs/"
+stage "mypy --strict effax/ effax_stubs/"
 .venvs/default/bin/mypy --strict effax effax_stubs
-echo "==> pyright: examples/, tests/types/, the docs' code cells (with jax $JAX_DEFAULT's annotations)"
+stage "pyright: examples/, tests/types/, the docs' code cells (with jax $JAX_DEFAULT's annotations)"
 .venvs/default/bin/pyright --pythonpath .venvs/default/bin/python
 .venvs/default/bin/python scripts/pyright_docs.py
 
 # the wheel a user installs, in a fresh environment without the checkout (about 30 s)
+stage "wheel"
 bash scripts/wheel_smoke.sh "$JAX_DEFAULT"
 
 # 500 generated programs per generator on the default JAX, 100 on each of the others
+stage "tests: default"
 run_suite default ci
 
+stage "environment: py312 (the rest of its making)"
 await_env py312 "$pid_py312"
-echo "==> mypy --strict and pyright with jax $JAX_PY312"
+stage "mypy --strict and pyright with jax $JAX_PY312"
 .venvs/py312/bin/mypy --strict effax effax_stubs
 .venvs/py312/bin/pyright --pythonpath .venvs/py312/bin/python
 .venvs/py312/bin/python scripts/pyright_docs.py
+stage "tests: py312"
 run_suite py312 ci-small "${JAX_INDEPENDENT[@]/#/--ignore=}"
 
+stage "environment: py312-jax011 (the rest of its making)"
 await_env py312-jax011 "$pid_py312_jax011"
+stage "tests: py312-jax011 (core suite)"
 run_suite py312-jax011 ci-small "${CORE_SUITE[@]}"
-echo "==> docs: every page executed, warnings as errors"
+stage "docs: every page executed, warnings as errors"
 .venvs/default/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
-echo "==> all checks passed"
+stage ""
+echo "==> all checks passed in $((SECONDS / 60))m$((SECONDS % 60))s:"
+printf '%s\n' "${STAGES[@]}"

@@ -448,6 +448,53 @@ def test_an_effax_wrapper_refuses_to_drop_a_module_update_and_names_the_twin(nam
     assert_close(nnx.state(blocks), before, bitwise=True)
 
 
+# effax.jit and effax.checkpoint pass a module in as arrays as jax.jit does; the twins
+# that carry it are handle(..., transform=nnx.jit) and effax.nnx.remat
+CALL_DROPPING = {
+    "effax.jit": (fx.jit, r"transform=nnx\.jit\)"),
+    "effax.checkpoint": (fx.checkpoint, r"effax\.nnx\.remat "),
+    "jit(static_argnums)": (lambda f: fx.jit(f, static_argnums=1), r"transform=nnx\.jit\)"),
+}
+
+
+@pytest.mark.parametrize("outer", [None, fx.jit, fx.scan], ids=["alone", "in jit", "in scan"])
+@pytest.mark.parametrize("name", list(CALL_DROPPING))
+def test_a_compiled_call_refuses_to_drop_a_module_update_and_names_the_twin(name, outer):
+    wrap, twin = CALL_DROPPING[name]
+    block_ = block("state")  # (its State changes too: the refusal leaves it unchanged)
+    before = nnx.state(block_)
+    call = wrap(lambda b, n=1: b(X) * n)
+    run_ = {
+        None: lambda: call(block_),
+        fx.jit: lambda: fx.jit(lambda: call(block_))(),
+        fx.scan: lambda: fx.scan(lambda c, _: (c + call(block_), None), X, None, length=2),
+    }[outer]
+    where = name.split("(")[0]
+    with total.init(jnp.float32(0)) as cell:
+        with pytest.raises(fx.EffectUsageError, match=rf"BatchStat.*{where} .*{twin}"):
+            run_()
+        assert float(cell.value) == 0.0
+    assert_close(nnx.state(block_), before, bitwise=True)
+
+
+def test_a_compiled_call_that_returns_or_only_reads_its_module_runs():
+    with scale.provide(jnp.float32(1.0)):
+        block_ = block("ask")
+        reference = block("ask")
+        want = reference(X)
+        got, updated = fx.jit(lambda b: (b(X), b))(block_)  # returned: nothing is lost
+        assert_close((got, nnx.state(updated)), (want, nnx.state(reference)), bitwise=True)
+        read = fx.checkpoint(lambda b: b.linear(X))(block_)  # read only
+        assert_close(read, block_.linear(X), bitwise=True)
+
+
+def test_under_disable_jit_an_effax_jit_changes_the_module_itself_as_jax_jit_does():
+    with scale.provide(jnp.float32(1.0)), jax.disable_jit():
+        block_, reference = block("ask"), block("ask")
+        assert_close(fx.jit(lambda b: b(X))(block_), reference(X), bitwise=True)
+    assert_close(nnx.state(block_), nnx.state(reference), bitwise=True)
+
+
 def test_an_effax_scan_returning_the_module_carries_its_update():
     block_ = block("ask")
     with scale.provide(jnp.float32(1.0)):
