@@ -494,4 +494,3 @@ def _abstract(transform: Transform) -> tuple[Transform, bool]:
     if transform is jax.eval_shape:
         return (lambda f: ft.partial(jax.eval_shape, f)), True
     return transform, False
-
