@@ -346,7 +346,7 @@ class Function:
             used: set[Effect[Any]] = set()
             missing: set[Effect[Any]] = set()
             dropping = self.drops_modules  # (under jax.disable_jit, jit runs fn itself)
-            if dropping == "effax.jit" and jax.config.jax_disable_jit:
+            if dropping == "effax.jit" and _trace.jit_disabled():
                 dropping = None
             at_entry = module_values((flat[plan.n_in :], kwargs)) if dropping else []
             out, inner = run_inside(

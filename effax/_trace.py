@@ -50,6 +50,7 @@ __all__ = [
     "hide_frames",
     "is_vmap_frame",
     "is_tracer",
+    "jit_disabled",
     "jit_factory_options",
     "output_program",
     "process_count",
@@ -343,6 +344,11 @@ def evaluating() -> bool:
     """Whether operations run now: no JAX transformation is tracing, and
     ``jax.disable_jit`` is off (under it a ``jax.jit`` runs its function eagerly)."""
     return type(_trace_ctx.trace) is _EvalTrace and not _config.disable_jit.value
+
+
+def jit_disabled() -> bool:
+    """Whether ``jax.disable_jit`` is on (a ``jax.jit`` runs its function itself)."""
+    return bool(_config.disable_jit.value)
 
 
 def is_tracer(value: Any) -> bool:
