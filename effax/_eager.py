@@ -28,7 +28,8 @@ from typing import Any
 from . import _trace
 from ._boundary import is_cannot_compile
 from ._errors import EffectTypeError
-from ._handle import jit
+from ._handle import handle, jit
+from ._plumb import Transform
 
 __all__ = ["run"]
 
@@ -41,11 +42,17 @@ class _Again:
 
     __slots__ = ("__weakref__", "compiled", "options", "refs", "rerun")
 
-    def __init__(self, rerun: Rerun, refs: list[weakref.ref[Any]], options: Hashable) -> None:
+    def __init__(
+        self,
+        rerun: Rerun,
+        refs: list[weakref.ref[Any]],
+        options: Hashable,
+        transform: Transform | None,
+    ) -> None:
         self.rerun = rerun
         self.refs = refs
         self.options = options
-        self.compiled = jit(self)
+        self.compiled = jit(self) if transform is None else handle(self, transform=transform)
 
     def __call__(self, *args: Any) -> Any:
         return self.rerun([ref() for ref in self.refs], self.options, *args)
@@ -57,12 +64,20 @@ class _Again:
 _PROGRAMS: dict[Hashable, _Again] = {}
 
 
-def run(rerun: Rerun, fns: Sequence[Callable[..., Any]], options: Hashable, *args: Any) -> Any:
+def run(
+    rerun: Rerun,
+    fns: Sequence[Callable[..., Any]],
+    options: Hashable,
+    *args: Any,
+    transform: Transform | None = None,
+) -> Any:
     """`rerun(fns, options, *args)`: a control-flow wrapper's implementation (which
     traces its bodies) over its body functions, options and arguments; eagerly, the
-    compiled program that runs it, cached."""
+    compiled program that runs it, cached (compiled by `effax.jit`, or by
+    ``effax.handle(..., transform=transform)``: `effax.nnx` passes ``nnx.jit``,
+    which carries the modules among the arguments)."""
     if _trace.evaluating():
-        program = _compiled(rerun, fns, options)
+        program = _compiled(rerun, fns, options, transform)
         if program is not None:
             try:
                 return program(*args)
@@ -74,12 +89,12 @@ def run(rerun: Rerun, fns: Sequence[Callable[..., Any]], options: Hashable, *arg
 
 
 def _compiled(
-    rerun: Rerun, fns: Sequence[Callable[..., Any]], options: Hashable
+    rerun: Rerun, fns: Sequence[Callable[..., Any]], options: Hashable, transform: Any
 ) -> Callable[..., Any] | None:
     """The compiled program that runs `rerun(fns, options, *args)`, or None if it
     cannot be cached (a function that cannot be weakly referenced, unhashable
     options)."""
-    key = (rerun, options, *map(id, fns))
+    key = (rerun, options, transform, *map(id, fns))
     try:
         again = _PROGRAMS.get(key)
     except TypeError:  # unhashable options
@@ -94,5 +109,5 @@ def _compiled(
         refs = [weakref.ref(fn, drop) for fn in fns]
     except TypeError:
         return None
-    again = _PROGRAMS[key] = _Again(rerun, refs, options)
+    again = _PROGRAMS[key] = _Again(rerun, refs, options, transform)
     return again.compiled

@@ -40,7 +40,7 @@ except ImportError as error:  # pragma: no cover (the test environments have Fla
         "effax.nnx needs Flax (flax.nnx): install it with `pip install effax[flax]`."
     ) from error
 
-from . import _trace
+from . import _eager, _trace
 from ._arguments import check_callable, check_callables, check_fits, check_index, check_unleaked
 from ._control import Primitives, Records, _branches, _while
 from ._errors import EffectTypeError
@@ -165,74 +165,78 @@ def scan(
     def scanned(*args: Any, **kwargs: Any) -> Any:
         args = _positional(f, args, kwargs, "effax.nnx.scan")
         check_unleaked(args, "its arguments", "effax.nnx.scan")
-        n = len(args)
-        region = Region(f, name="effax.nnx.scan")
-        # in_axes: the handler carries join the user's nnx.Carry (or are one more)
-        if in_axes is nnx.Carry:
-            inner_in: tuple[Any, ...] = (nnx.Carry,)
-        elif isinstance(in_axes, tuple):
-            inner_in = in_axes
-        else:  # one int or None for every argument
-            inner_in = (in_axes,) * n
-        slots = [i for i, a in enumerate(inner_in) if a is nnx.Carry]
-        added = not slots
-        carry_in = n if added else slots[0]
-        if added:
-            inner_in = (*inner_in, nnx.Carry)
-        # out_axes: the carries leave through the nnx.Carry slot; the values and a
-        # marker of the step count as one more per-step output
-        if out_axes is nnx.Carry:
-            carry_out: int | None = -1  # the whole output is the carry
-            inner_out: Any = (nnx.Carry, 0)
-        elif isinstance(out_axes, tuple) and any(a is nnx.Carry for a in out_axes):
-            carry_out = next(i for i, a in enumerate(out_axes) if a is nnx.Carry)
-            inner_out = (*out_axes, 0)
-        else:
-            carry_out, inner_out = None, (out_axes, nnx.Carry, 0)
-
-        def body(*inner_args: Any) -> Any:
-            if added:
-                handler_carries, user_args = inner_args[n], inner_args[:n]
-            else:
-                user_carry, handler_carries = inner_args[carry_in]
-                user_args = (*inner_args[:carry_in], user_carry, *inner_args[carry_in + 1 :])
-            out, outcomes = region.run(f, handler_carries, user_args)
-            carries, values = region.split(outcomes)
-            per_step = (values, jnp.zeros((), jnp.int8))
-            if carry_out == -1:
-                return (out, carries), per_step
-            if carry_out is None:
-                return out, carries, per_step
-            outs = list(out)
-            outs[carry_out] = (outs[carry_out], carries)
-            return (*outs, per_step)
-
-        if added:
-            call_args = (*args, region.carries)
-        else:
-            call_args = (
-                *args[:carry_in],
-                (args[carry_in], region.carries),
-                *args[carry_in + 1 :],
-            )
-        result = nnx.scan(body, in_axes=inner_in, out_axes=inner_out, **options)(*call_args)
-        if carry_out == -1:
-            (out, carries), (values, marker) = result
-        elif carry_out is None:
-            out, carries, (values, marker) = result
-        else:
-            *outs, (values, marker) = result
-            outs[carry_out], carries = outs[carry_out]
-            out = tuple(outs)
-        if reverse:  # (stacked like the xs: last step first; recorders want program order)
-            values = [
-                jax.tree.map(lambda v: jnp.flip(v, 0), v) if issubclass(type(h), Records) else v
-                for h, v in zip(region.handlers, values, strict=True)
-            ]
-        region.absorb(carries, values, steps=int(marker.shape[0]))
-        return out
+        axes = (in_axes, out_axes, tuple(options.items()))
+        return _eager.run(_scan, [f], axes, *args, transform=nnx.jit)
 
     return scanned
+
+
+def _scan(fns: list[Any], axes: Any, *args: Any) -> Any:
+    """One call of `effax.nnx.scan`: `axes` is ``(in_axes, out_axes, options)``."""
+    (f,), (in_axes, out_axes, options) = fns, axes
+    options, reverse = dict(options), dict(options)["reverse"]
+    n = len(args)
+    region = Region(f, name="effax.nnx.scan")
+    # in_axes: the handler carries join the user's nnx.Carry (or are one more)
+    if in_axes is nnx.Carry:
+        inner_in: tuple[Any, ...] = (nnx.Carry,)
+    elif isinstance(in_axes, tuple):
+        inner_in = in_axes
+    else:  # one int or None for every argument
+        inner_in = (in_axes,) * n
+    slots = [i for i, a in enumerate(inner_in) if a is nnx.Carry]
+    added = not slots
+    carry_in = n if added else slots[0]
+    if added:
+        inner_in = (*inner_in, nnx.Carry)
+    # out_axes: the carries leave through the nnx.Carry slot; the values and a
+    # marker of the step count as one more per-step output
+    if out_axes is nnx.Carry:
+        carry_out: int | None = -1  # the whole output is the carry
+        inner_out: Any = (nnx.Carry, 0)
+    elif isinstance(out_axes, tuple) and any(a is nnx.Carry for a in out_axes):
+        carry_out = next(i for i, a in enumerate(out_axes) if a is nnx.Carry)
+        inner_out = (*out_axes, 0)
+    else:
+        carry_out, inner_out = None, (out_axes, nnx.Carry, 0)
+
+    def body(*inner_args: Any) -> Any:
+        if added:
+            handler_carries, user_args = inner_args[n], inner_args[:n]
+        else:
+            user_carry, handler_carries = inner_args[carry_in]
+            user_args = (*inner_args[:carry_in], user_carry, *inner_args[carry_in + 1 :])
+        out, outcomes = region.run(f, handler_carries, user_args)
+        carries, values = region.split(outcomes)
+        per_step = (values, jnp.zeros((), jnp.int8))
+        if carry_out == -1:
+            return (out, carries), per_step
+        if carry_out is None:
+            return out, carries, per_step
+        outs = list(out)
+        outs[carry_out] = (outs[carry_out], carries)
+        return (*outs, per_step)
+
+    if added:
+        call_args = (*args, region.carries)
+    else:
+        call_args = (*args[:carry_in], (args[carry_in], region.carries), *args[carry_in + 1 :])
+    result = nnx.scan(body, in_axes=inner_in, out_axes=inner_out, **options)(*call_args)
+    if carry_out == -1:
+        (out, carries), (values, marker) = result
+    elif carry_out is None:
+        out, carries, (values, marker) = result
+    else:
+        *outs, (values, marker) = result
+        outs[carry_out], carries = outs[carry_out]
+        out = tuple(outs)
+    if reverse:  # (stacked like the xs: last step first; recorders want program order)
+        values = [
+            jax.tree.map(lambda v: jnp.flip(v, 0), v) if issubclass(type(h), Records) else v
+            for h, v in zip(region.handlers, values, strict=True)
+        ]
+    region.absorb(carries, values, steps=int(marker.shape[0]))
+    return out
 
 
 # ----------------------------------------------------------------------------- vmap
@@ -369,8 +373,9 @@ def cond(
     """`nnx.cond` that plumbs the handlers through both branches, as `effax.cond`."""
     check_callables([true_fun, false_fun], "(true_fun, false_fun)", "effax.nnx.cond")
     check_unleaked(pred, "pred", "effax.nnx.cond")
-    primitives = _primitives(graph, graph_updates)
-    return _branches([true_fun, false_fun], "cond", pred, *operands, primitives=primitives)
+    options = ("cond", graph, graph_updates)
+    fns = [true_fun, false_fun]
+    return _eager.run(_nnx_branches, fns, options, pred, *operands, transform=nnx.jit)  # type: ignore[no-any-return]
 
 
 @_trace.api_boundary
@@ -384,8 +389,9 @@ def switch(
     """`nnx.switch` that plumbs the handlers through every branch, as `effax.switch`."""
     check_callables(branches, "branches", "effax.nnx.switch")
     check_unleaked(index, "index", "effax.nnx.switch")
-    primitives = _primitives(graph, graph_updates)
-    return _branches(list(branches), "switch", index, *operands, primitives=primitives)
+    options = ("switch", graph, graph_updates)
+    fns = list(branches)
+    return _eager.run(_nnx_branches, fns, options, index, *operands, transform=nnx.jit)  # type: ignore[no-any-return]
 
 
 @_trace.api_boundary
@@ -400,8 +406,8 @@ def while_loop(
     """`nnx.while_loop` that plumbs the handlers through, as `effax.while_loop`
     (`cond_fun` may read effects but not change them; nothing is emitted)."""
     check_callables([cond_fun, body_fun], "(cond_fun, body_fun)", "effax.nnx.while_loop")
-    primitives = _primitives(graph, graph_updates)
-    return _while([cond_fun, body_fun], None, init_val, primitives=primitives)  # type: ignore[no-any-return]
+    fns = [cond_fun, body_fun]
+    return _eager.run(_nnx_while, fns, (graph, graph_updates), init_val, transform=nnx.jit)  # type: ignore[no-any-return]
 
 
 @_trace.api_boundary
@@ -436,11 +442,28 @@ def fori_loop(
     dtype = jnp.result_type(lower, upper)
     check_fits(lo, dtype, "lower", "effax.nnx.fori_loop")
     check_fits(hi, dtype, "upper", "effax.nnx.fori_loop")
-    step: Callable[[T, jax.Array], T] = scan(
+    options = (lo, hi, dtype, 1 if unroll is None else unroll, graph, graph_updates)
+    return _eager.run(_nnx_fori, [body_fun], options, init_val, transform=nnx.jit)  # type: ignore[no-any-return]
+
+
+# The calls the wrappers above make (traced once per handler environment eagerly:
+# `_eager.run` compiles them with nnx.jit, which carries the modules among them).
+def _nnx_branches(fns: list[Any], options: Any, *args: Any) -> Any:
+    kind, graph, graph_updates = options
+    return _branches(fns, kind, *args, primitives=_primitives(graph, graph_updates))
+
+
+def _nnx_while(fns: list[Any], options: Any, init_val: Any) -> Any:
+    return _while(fns, None, init_val, primitives=_primitives(*options))
+
+
+def _nnx_fori(fns: list[Any], options: Any, init_val: Any) -> Any:
+    (body_fun,), (lo, hi, dtype, unroll, graph, graph_updates) = fns, options
+    step: Callable[[Any, jax.Array], Any] = scan(
         lambda value, i: body_fun(i, value),
         in_axes=(nnx.Carry, 0),
         out_axes=nnx.Carry,
-        unroll=1 if unroll is None else unroll,
+        unroll=unroll,
         graph=graph,
         graph_updates=graph_updates,
     )

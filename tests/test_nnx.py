@@ -690,3 +690,62 @@ def test_two_threads_each_with_their_own_stream_draw_alike():
     for t in threads:
         t.join()
     np.testing.assert_array_equal(np.asarray(out[0]), np.asarray(out[1]))
+
+
+# --- eager calls: each twin's bodies traced once, as NNX's own and effax's are ----
+
+
+def _twins(traces):
+    """Each twin called eagerly on a module it updates (BatchNorm), with bodies that
+    count their traces: name -> a function of the module running it once."""
+
+    def counted(fn):
+        def body(*args):
+            traces.append(1)
+            return fn(*args)
+
+        return body
+
+    layer = counted(lambda x, b: b(x))
+    fori = counted(lambda i, c: (c[0], c[0](c[1])))
+    loop_cond = counted(lambda c: c[0] < 2)
+    loop_body = counted(lambda c: (c[0] + 1, c[1], c[1](c[2])))
+    apply = counted(lambda b, x: b(x))
+    skip = counted(lambda b, x: x * 1.0)
+    return {
+        "scan": lambda m: fxn.scan(layer, in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)(X, m),
+        "fori_loop": lambda m: fxn.fori_loop(0, 2, fori, (m, X))[1],
+        "while_loop": lambda m: fxn.while_loop(loop_cond, loop_body, (0, m, X))[2],
+        "cond": lambda m: fxn.cond(total.get() > 0, apply, skip, m, X),
+        "switch": lambda m: fxn.switch(1, [skip, apply, skip], m, X),
+    }
+
+
+TWIN_TRACES = {"while_loop": 2, "cond": 2, "switch": 3}  # bodies traced per call
+
+
+@pytest.mark.parametrize("name", ["scan", "fori_loop", *TWIN_TRACES])
+def test_an_eager_twin_called_again_traces_its_bodies_once(name):
+    """Five eager calls with the same bodies trace each body once, and compute what
+    five calls with new bodies (traced every call) compute: the outputs, the
+    module's state after each call (BatchNorm statistics) and the State, bitwise."""
+
+    def calls(fresh):
+        traces = []
+        module = (stacked if name == "scan" else block)("state")
+        run_ = _twins(traces)
+        got = []
+        with total.init(jnp.float32(1.0)) as cell:
+            for _ in range(5):
+                run_ = _twins(traces) if fresh else run_
+                out = run_[name](module)
+                got.append((out, jax.tree.map(np.array, nnx.state(module)), cell.value))
+        return got, len(traces)
+
+    got, traced = calls(fresh=False)
+    want, traced_fresh = calls(fresh=True)
+    assert traced == TWIN_TRACES.get(name, 1)
+    assert traced_fresh == 5 * TWIN_TRACES.get(name, 1)
+    assert_close(got, want, bitwise=True)
+    first, last = (jax.tree.leaves(got[i][1]) for i in (0, -1))
+    assert not all(map(np.array_equal, first, last))  # the statistics moved
