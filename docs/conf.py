@@ -1,6 +1,6 @@
 """Sphinx configuration: MyST notebooks executed on every build, warnings as errors.
 
-Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html``.
+Build: ``sphinx-build -j auto -W --keep-going -b html docs docs/_build/html``.
 """
 
 from __future__ import annotations

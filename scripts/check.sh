@@ -132,8 +132,8 @@ stage "environment: py312-jax011 (the rest of its making)"
 await_env py312-jax011 "$pid_py312_jax011"
 stage "tests: py312-jax011 (core suite)"
 run_suite py312-jax011 ci-small "${CORE_SUITE[@]}"
-stage "docs: every page executed, warnings as errors"
-.venvs/default/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+stage "docs: every page executed (one page per core at a time), warnings as errors"
+.venvs/default/bin/sphinx-build -j auto -W --keep-going -q -b html docs docs/_build/html
 stage ""
 echo "==> all checks passed in $((SECONDS / 60))m$((SECONDS % 60))s:"
 printf '%s\n' "${STAGES[@]}"
