@@ -11,11 +11,7 @@ and remat, trained with ``value_and_grad`` and SGD): the effax program (the twin
 ``nnx.remat`` / ``nnx.value_and_grad`` under ``nnx.jit``, returning the per-layer
 means the effax block emits), in the same process, interleaved:
 
-- per step: a warm call of each compiled step (targets: 1.02x), also against the
-  NNX step plumbed by hand: the same two extra inputs (the scale, the counter) and
-  one extra output (the new count) through ``nnx.jit``, which is what carrying a
-  traced scale and a counter costs under ``nnx.jit`` whoever plumbs them (NNX
-  splits and merges every argument and returns it: a few microseconds per leaf);
+- per step: a warm call of each compiled step (targets: 1.02x);
 - compile: the first call of a fresh step on a fresh model (trace, lower, compile,
   run; target 1.05x).
 
@@ -41,7 +37,6 @@ import nnx_scan_layers as ex
 import effax as fx
 
 EFFAX, NNX = "effax.nnx (handle + nnx.jit)", "Flax NNX (nnx.jit)"
-PLUMBED = "Flax NNX, the scale and counter plumbed by hand (nnx.jit)"
 TARGETS = {"step": 1.02, "compile": 1.05}
 
 
@@ -58,13 +53,6 @@ def _step(effects: bool) -> Any:
     if effects:
         return fx.handle(ex.train_step, *_handlers(), transform=nnx.jit)
     return nnx.jit(ex.train_step)
-
-
-def _plumbed_step(scale: Any, count: Any, model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-    """The NNX step with the effax step's extra inputs and output, by hand (scale /
-    scale is 1: the loss is the NNX program's, bit for bit)."""
-    loss, layer_means = ex.train_step(model, optimizer, x, y)
-    return loss * (scale / scale), layer_means, count + ex.LAYERS
 
 
 def _block(out: Any) -> None:
@@ -88,30 +76,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out = steps[effects](model, optimizer, x, y)
         losses[effects] = out if effects else out[0]
     agree = ex.bitwise(losses[True], losses[False]) and ex.bitwise(
-        nnx.state(models[True][0]), nnx.state(models[False][0])
+        ex.learned(models[True][0]), ex.learned(models[False][0])
     )
     if not agree:
         raise AssertionError("effax.nnx and the NNX program disagree")
 
-    def warm(effects: bool, plumbed: bool = False) -> h.Batch:
-        model, optimizer = models[effects] if not plumbed else ex.make(False)
-        step = nnx.jit(_plumbed_step) if plumbed else steps[effects]
-        extra = (jnp.float32(ex.SCALE), jnp.int32(0)) if plumbed else ()
+    def warm(effects: bool) -> h.Batch:
+        model, optimizer = models[effects]
 
         def batch(n: int) -> object:
             out = None
             for _ in range(n):
-                out = step(*extra, model, optimizer, x, y)
+                out = steps[effects](model, optimizer, x, y)
             _block(out)
             return out
 
         return batch
 
     per_step = h.interleaved(
-        {EFFAX: warm(True), NNX: warm(False), PLUMBED: warm(False, plumbed=True)},
-        number=number,
-        repeat=repeat,
-        warmup=2,
+        {EFFAX: warm(True), NNX: warm(False)}, number=number, repeat=repeat, warmup=2
     )
 
     fresh = {e: [ex.make(e) for _ in range(compile_rounds)] for e in (True, False)}
@@ -133,19 +116,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         repeat=compile_rounds,
         warmup=0,
     )
-    rows = (
-        h.compared_rows("13", per_step, NNX, unit="us/step", targets={EFFAX: TARGETS["step"]})
-        + h.compared_rows(
-            "13", {PLUMBED: per_step[PLUMBED], EFFAX: per_step[EFFAX]}, PLUMBED, unit="us/step"
-        )
-        + h.compared_rows(
-            "13",
-            {f"{NNX}, first call": compile_us[NNX], f"{EFFAX}, first call": compile_us[EFFAX]},
-            f"{NNX}, first call",
-            unit="us/first call",
-            targets={f"{EFFAX}, first call": TARGETS["compile"]},
-            notes={f"{EFFAX}, first call": "a fresh step: trace, lower, compile, run"},
-        )
+    rows = h.compared_rows(
+        "13", per_step, NNX, unit="us/step", targets={EFFAX: TARGETS["step"]}
+    ) + h.compared_rows(
+        "13",
+        {f"{NNX}, first call": compile_us[NNX], f"{EFFAX}, first call": compile_us[EFFAX]},
+        f"{NNX}, first call",
+        unit="us/first call",
+        targets={f"{EFFAX}, first call": TARGETS["compile"]},
+        notes={f"{EFFAX}, first call": "a fresh step: trace, lower, compile, run"},
     )
     h.print_rows("case 13: Flax NNX scan over layers, effax.nnx against NNX (ratio paired)", rows)
     results = {"rows": rows, "agree": agree, "per_step": per_step, "first_call": compile_us}

@@ -46,9 +46,11 @@ class Block(nnx.Module):
         self.bn = nnx.BatchNorm(dim, rngs=rngs)
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
         self.effects = effects
-        # the NNX program's scale: an array in the module (traced under nnx.jit, as
-        # the effax program's Ask is), not a Python constant XLA could fold
-        self.scale = nnx.Variable(jnp.float32(SCALE))
+        if not effects:
+            # the NNX program's scale: an array in the module (traced under nnx.jit,
+            # as the effax program's Ask is), not a Python constant XLA could fold;
+            # the effax program reads it from the Ask and holds none
+            self.scale = nnx.Variable(jnp.float32(SCALE))
 
     def activation(self, x: jax.Array) -> jax.Array:
         return jax.nn.gelu(self.dropout(self.bn(self.linear(x))))
@@ -167,7 +169,13 @@ def train(effects: bool, steps: int, compiled: bool) -> dict[str, Any]:
         losses, layer_means, seen = outs, jnp.stack(hs[means]), int(hs[calls])
     else:
         losses, layer_means, seen = [o[0] for o in outs], jnp.stack([o[1] for o in outs]), 0
-    return {"losses": losses, "state": nnx.state(model), "means": layer_means, "calls": seen}
+    return {"losses": losses, "state": learned(model), "means": layer_means, "calls": seen}
+
+
+def learned(model: ScanMLP) -> nnx.State:
+    """What training changes: every Variable of the model (parameters, BatchNorm
+    statistics, the Dropout's Rngs) but the NNX program's constant scale."""
+    return nnx.state(model, lambda path, v: type(v) is not nnx.Variable)
 
 
 def taps(x: jax.Array) -> dict[str, Any]:

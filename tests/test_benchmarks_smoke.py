@@ -122,13 +122,7 @@ def test_bench_nnx_quick(benchmarks_on_path):
     results = load("bench_nnx").main(["--quick"])
     check_rows(results["rows"], {"13"})
     assert results["agree"]  # losses and model states bitwise the NNX program's
-    assert {r["target"] for r in results["rows"]} == {1.02, 1.05, None}
-    # effax against NNX, and against the NNX step plumbed by hand
-    assert {r["baseline"] for r in results["rows"] if r["contender"].startswith("effax")} == {
-        "Flax NNX (nnx.jit)",
-        "Flax NNX, the scale and counter plumbed by hand (nnx.jit)",
-        "Flax NNX (nnx.jit), first call",
-    }
+    assert {r["target"] for r in results["rows"]} == {1.02, 1.05}
 
 
 def test_bench_keys_quick(benchmarks_on_path):
