@@ -98,6 +98,18 @@ def _positional(
     return bound.args
 
 
+def _check_axes(in_axes: Any, where: str) -> None:
+    """Refuse `in_axes` of a kind NNX's transform refuses, before effax adds its own."""
+    one = (int, type(None), nnx.StateAxes)
+    kinds = (*one, tuple, list)
+    ok = in_axes is nnx.Carry or (isinstance(in_axes, kinds) and not isinstance(in_axes, bool))
+    if not ok:
+        raise EffectTypeError(
+            f"{where}: in_axes must be an int, None, nnx.StateAxes, nnx.Carry (scan) or a "
+            f"tuple of them, one per positional argument, as in Flax NNX; got {in_axes!r}."
+        )
+
+
 # ----------------------------------------------------------------------------- scan
 @overload
 def scan(
@@ -159,6 +171,7 @@ def scan(
     if f is _MISSING:
         return ft.partial(scan, in_axes=in_axes, out_axes=out_axes, **options)
     check_callable(f, "f", "effax.nnx.scan")
+    _check_axes(in_axes, "effax.nnx.scan")
 
     @_trace.api_boundary
     @ft.wraps(f)
@@ -304,6 +317,7 @@ def vmap(
             **options,
         )
     check_callable(f, "f", "effax.nnx.vmap")
+    _check_axes(in_axes, "effax.nnx.vmap")
     _policy("effax.nnx.vmap", keys, state, ())  # options checked when the wrapper is made
 
     @_trace.api_boundary
