@@ -11,7 +11,7 @@ import jax
 import pytest
 
 # tests/types/ holds files that mypy checks (tests/test_typing.py); never import them.
-collect_ignore_glob = ["types/*"]
+collect_ignore_glob = ["types/*", "heldout/*"]
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # No key is ever used twice: effax's streams must hand out fresh keys only.
