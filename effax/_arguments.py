@@ -10,6 +10,7 @@ such values.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import jax
@@ -27,6 +28,7 @@ __all__ = [
     "check_index",
     "check_traceable",
     "check_unleaked",
+    "fori_bounds",
 ]
 
 
@@ -145,3 +147,18 @@ def _is_array_like(leaf: Any) -> bool:
     if isinstance(leaf, (bool, int, float, complex, np.ndarray, np.generic, jax.Array)):
         return True
     return hasattr(leaf, "__jax_array__") or isinstance(leaf, jax.ShapeDtypeStruct)
+
+
+def fori_bounds(lower: Any, upper: Any, where: str) -> tuple[int, int, Any] | None:
+    """A fori_loop's bounds as Python ints and their index dtype (each checked to
+    fit it: `jax.lax.fori_loop` refuses what would wrap), or None if they are traced."""
+    check_index(lower, "lower", where)
+    check_index(upper, "upper", where)
+    try:
+        lo, hi = operator.index(lower), operator.index(upper)
+    except TypeError:  # traced bounds (a ConcretizationTypeError is a TypeError)
+        return None
+    dtype = jax.numpy.result_type(lower, upper)
+    check_fits(lo, dtype, "lower", where)
+    check_fits(hi, dtype, "upper", where)
+    return lo, hi, dtype

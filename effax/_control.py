@@ -20,7 +20,6 @@ body is not traced again, as with `jax.lax`'s own.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar, cast, runtime_checkable
 
@@ -34,10 +33,10 @@ from ._arguments import (
     check_callable,
     check_callables,
     check_count,
-    check_fits,
     check_index,
     check_traceable,
     check_unleaked,
+    fori_bounds,
 )
 from ._boundary import describe_signature, signature
 from ._effect import Effect
@@ -208,20 +207,11 @@ def fori_loop(
     6
 
     """
-    check_index(lower, "lower", "effax.fori_loop")
-    check_index(upper, "upper", "effax.fori_loop")
+    bounds = fori_bounds(lower, upper, "effax.fori_loop")
     check_callable(body_fun, "body_fun", "effax.fori_loop")
     check_traceable(init_val, "init_val", "effax.fori_loop")
-    try:
-        lo, hi = operator.index(lower), operator.index(upper)
-        concrete = True
-    except TypeError:  # traced bounds (a ConcretizationTypeError is a TypeError)
-        concrete = False
-    if concrete:
-        dtype = jnp.result_type(lower, upper)
-        check_fits(lo, dtype, "lower", "effax.fori_loop")
-        check_fits(hi, dtype, "upper", "effax.fori_loop")
-        options = (lo, hi, dtype, 1 if unroll is None else unroll)
+    if bounds is not None:
+        options = (*bounds, 1 if unroll is None else unroll)
         return _eager.run(_fori, [body_fun], options, init_val)  # type: ignore[no-any-return]
 
     def cond_fun(state: tuple[Any, C]) -> Any:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools as ft
 import inspect
-import operator
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
@@ -41,7 +40,7 @@ except ImportError as error:  # pragma: no cover (the test environments have Fla
     ) from error
 
 from . import _eager, _trace
-from ._arguments import check_callable, check_callables, check_fits, check_index, check_unleaked
+from ._arguments import check_callable, check_callables, check_unleaked, fori_bounds
 from ._control import Primitives, Records, _branches, _while
 from ._errors import EffectTypeError
 from ._handle import handle
@@ -438,12 +437,9 @@ def fori_loop(
     """`nnx.fori_loop` that plumbs the handlers through, as `effax.fori_loop`: with
     Python-int bounds an `effax.nnx.scan` over the indices (emits stacked per step),
     with traced bounds an `effax.nnx.while_loop`."""
-    check_index(lower, "lower", "effax.nnx.fori_loop")
-    check_index(upper, "upper", "effax.nnx.fori_loop")
+    bounds = fori_bounds(lower, upper, "effax.nnx.fori_loop")
     check_callable(body_fun, "body_fun", "effax.nnx.fori_loop")
-    try:
-        lo, hi = operator.index(lower), operator.index(upper)
-    except TypeError:  # traced bounds (a ConcretizationTypeError is a TypeError)
+    if bounds is None:  # traced bounds
 
         def loop_cond(state: tuple[Any, T]) -> Any:
             return state[0] < upper
@@ -453,10 +449,7 @@ def fori_loop(
 
         start = (jnp.asarray(lower), init_val)
         return while_loop(loop_cond, loop_body, start, graph=graph, graph_updates=graph_updates)[1]
-    dtype = jnp.result_type(lower, upper)
-    check_fits(lo, dtype, "lower", "effax.nnx.fori_loop")
-    check_fits(hi, dtype, "upper", "effax.nnx.fori_loop")
-    options = (lo, hi, dtype, 1 if unroll is None else unroll, graph, graph_updates)
+    options = (*bounds, 1 if unroll is None else unroll, graph, graph_updates)
     return _eager.run(_nnx_fori, [body_fun], options, init_val, transform=nnx.jit)  # type: ignore[no-any-return]
 
 
