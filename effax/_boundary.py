@@ -424,9 +424,12 @@ def nnx_dropping(transform: Any) -> str | None:
     """The name of ``handle(fn, transform=transform)``, for messages, if `transform`
     passes Flax NNX modules in as arrays (a Variable changed inside is lost unless
     returned); None for NNX's own transforms (``nnx.jit``, ``nnx.remat``), which
-    carry module state."""
+    carry module state, and for ``jax.jit`` under ``jax.disable_jit`` (which runs
+    the function on the module itself)."""
     base = transform.func if isinstance(transform, functools.partial) else transform
     if (getattr(base, "__module__", None) or "").startswith("flax."):
+        return None
+    if base is jax.jit and _trace.jit_disabled():
         return None
     if base is jax.jit or base is jax.checkpoint:
         return f"effax.{'jit' if base is jax.jit else 'checkpoint'}"

@@ -281,8 +281,6 @@ class Function:
         except TypeError:
             self.fn_ref = lambda: fn
         self.transform, self.abstract = _abstract(transform)
-        # (a body changing a Flax NNX module it was given: the name to refuse it by)
-        self.drops_modules = None if self.abstract else nnx_dropping(self.transform)
         # Whether Python numbers among the plumbed inputs cross as NumPy scalars:
         # for transformations that could hold them static (`_plumb.traces_numbers`).
         self.box = not traces_numbers(transform)
@@ -345,9 +343,8 @@ class Function:
             dynamic = plan.unflatten(flat[: plan.n_in])
             used: set[Effect[Any]] = set()
             missing: set[Effect[Any]] = set()
-            dropping = self.drops_modules  # (under jax.disable_jit, jit runs fn itself)
-            if dropping == "effax.jit" and _trace.jit_disabled():
-                dropping = None
+            # (a body changing a Flax NNX module it was given: the name to refuse it by)
+            dropping = None if self.abstract else nnx_dropping(self.transform)
             at_entry = module_values((flat[plan.n_in :], kwargs)) if dropping else []
             out, inner = run_inside(
                 plan,
