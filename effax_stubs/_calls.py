@@ -9,8 +9,8 @@ from mypy.nodes import (
     CallExpr,
     Context,
     Decorator,
+    Expression,
     FuncItem,
-    LambdaExpr,
     MemberExpr,
     MypyFile,
     Node,
@@ -97,7 +97,7 @@ class _Walked(NamedTuple):
     around: dict[int, Row | None]  # the handlers around each call with a hook, by id
     # calls no hook sees (`effax.jit(f)(x)`), with what they leave unhandled, reported
     # from the hook of each call inside them: by id of that call
-    pending: dict[int, list[tuple[CallExpr, Row, str | None]]]
+    pending: dict[int, list[tuple[Expression, Row, str | None]]]
     setters: set[int]  # properties assigned, among `around` (their setter runs)
 
 
@@ -117,20 +117,18 @@ def check_module(
     stack = scope_stack(api)
     if not stack or not isinstance(stack[0], MypyFile):
         return
-    if not all(isinstance(scope, LambdaExpr | TypeInfo) for scope in stack[1:]):
-        return  # inside a function: its row, if any, is checked from `effax.uses`
     if not isinstance(call, CallExpr | MemberExpr):
         return
     module = stack[0]
     walked = _WALKED.get(module.fullname)
     if walked is None or walked.module is not module:
         walked = _WALKED[module.fullname] = _walk(modules, module)
-    # an Ask with a default needs no handler: `ask()` answers the default
-    unanswered = walked.analysis.without_defaults
     for node, missing, who in walked.pending.get(id(call), ()):
-        report_unhandled(api, node, unanswered(missing), who)
+        report_unhandled(api, node, missing, who)
     if id(call) not in walked.around:
-        return  # not reached by the walk: a lambda counted where it is called
+        # not reached by the walk: in a function's body (a default value of one is
+        # reached: it runs where the `def` does), or a lambda counted where it is called
+        return
     handled = walked.around[id(call)]
     performed: tuple[Row, str | None] | None
     if isinstance(call, MemberExpr):
@@ -141,19 +139,23 @@ def check_module(
     if performed is None or handled is None:
         return
     row, who = performed
-    report_unhandled(api, call, unanswered(row - handled), who)
+    # an Ask with a default needs no handler: `ask()` answers the default
+    report_unhandled(api, call, walked.analysis.unanswered(row - handled, handled), who)
 
 
 def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
     analysis = Analysis(modules, None, module.defs)
-    pending: dict[int, list[tuple[CallExpr, Row, str | None]]] = {}
+    pending: dict[int, list[tuple[Expression, Row, str | None]]] = {}
 
     def defer(node: Context, missing: Row, who: str | None) -> None:
-        # a call without a hook: report it from the hooks of the calls inside it (not
-        # now: the walk may run while mypy discards errors, in a trial inference)
-        assert isinstance(node, CallExpr)
-        for inner in calls_in(node):
-            pending.setdefault(id(inner), []).append((node, missing, who))
+        # a call without a hook, or a handler's code: report it from the hooks of the
+        # calls inside it, or else of those in its `with` statement (not now: the walk
+        # may run while mypy discards errors, in a trial inference)
+        assert isinstance(node, Expression)
+        missing = analysis.unanswered(missing, walker.handled or frozenset())
+        inner = list(calls_in(node)) or list(calls_in(walker.anchor) if walker.anchor else [])
+        for call in inner:  # (mypy reports the same error on a line once)
+            pending.setdefault(id(call), []).append((node, missing, who))
 
     around: dict[int, Row | None] = {}
     walker = Walker(analysis, defer, around=around)
@@ -163,7 +165,8 @@ def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
 
 
 def calls_in(node: Node) -> Iterator[CallExpr]:
-    return (n for n in descendants(node) if isinstance(n, CallExpr) and hooked(n))
+    """The calls in `node` (itself included) that mypy calls a hook for."""
+    return (n for n in (node, *descendants(node)) if isinstance(n, CallExpr) and hooked(n))
 
 
 def report_unhandled(

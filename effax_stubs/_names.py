@@ -22,6 +22,8 @@ from mypy.types import CallableType, Instance, get_proper_type
 
 __all__ = [
     "BUILTIN_CALLING",
+    "CALLING_METHODS",
+    "CONTAINERS",
     "FOREIGN_CALLING",
     "FOREIGN_PACKAGES",
     "FOREIGN_TRANSFORMS",
@@ -36,6 +38,7 @@ __all__ = [
     "PERFORMING",
     "RETURNING",
     "RNG",
+    "STORING",
     "Row",
     "TRANSPARENT_DECORATORS",
     "UNHASHABLE_CLASSES",
@@ -169,6 +172,40 @@ BUILTIN_CALLING: Final = {
     "functools.reduce": ((0,), ()),
     "itertools.starmap": ((0,), ()),
 }
+
+
+# calls that keep the functions they are given for later, instead of calling them
+STORING: Final = frozenset(
+    {
+        "functools.partial",
+        "dataclasses.field",
+        "attr.ib",
+        "attr.attrib",
+        "attr.Factory",
+        "attrs.field",
+        "attrs.Factory",
+        "collections.defaultdict",
+        "builtins.property",
+        "atexit.register",
+        "threading.Thread",
+        "threading.Timer",
+        "weakref.finalize",
+        "signal.signal",
+    }
+)
+# containers, whose methods store what they are given (but for `CALLING_METHODS`)
+CONTAINERS: Final = frozenset(
+    {
+        "builtins.list",
+        "builtins.dict",
+        "builtins.set",
+        "collections.deque",
+        "collections.OrderedDict",
+        "collections.defaultdict",
+        "queue.Queue",
+    }
+)
+CALLING_METHODS: Final = frozenset({"sort"})  # `xs.sort(key=f)` calls `f` at once
 
 
 def foreign_higher_order(fullname: str | None) -> str | None:

@@ -9,7 +9,6 @@ from typing import Final
 from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
-    AssignmentExpr,
     CallExpr,
     ConditionalExpr,
     Decorator,
@@ -29,10 +28,9 @@ from mypy.nodes import (
 )
 from mypy.types import Instance, get_proper_type
 
-from ._marks import Declaration, handles_of_type, row_of_type
+from ._handling import Handling
+from ._marks import Declaration, row_of_type
 from ._names import (
-    FOREIGN_PACKAGES,
-    HANDLER_MAKERS,
     OPERATIONS,
     PERFORMING,
     RETURNING,
@@ -40,23 +38,22 @@ from ._names import (
     Row,
     callable_arguments,
     callee_fullname,
+    callee_of,
     effax_name,
     effect_operations,
     foreign_callables,
     foreign_higher_order,
     function_argument,
-    is_handler_maker,
     keyword,
 )
 from ._report import describe
-from ._scope import Scope
-from ._tree import foreign_class, is_uses, transparent
+from ._tree import is_uses, transparent
 from ._walker import Walker
 
-__all__ = ["Analysis"]
+__all__ = ["Analysis", "decorated_with_row"]
 
 
-class Analysis(Scope):
+class Analysis(Handling):
     """What one function body or module top level does with effects.
 
     Everything it resolves is a lower bound of what is performed and an upper bound
@@ -201,7 +198,7 @@ class Analysis(Scope):
         if isinstance(node, OverloadedFuncDef):
             return self.overload_row(node)
         if isinstance(node, Var):
-            if node not in self.locals:
+            if node not in self.locals and not self.rebound(node):
                 row = row_of_type(node.type)
                 if row is not None:
                     return row
@@ -230,12 +227,18 @@ class Analysis(Scope):
             if not positional:
                 return None
             row = self.row_of(positional[0], depth + 1)
+            # the handlers are installed in order, the last innermost: each one's
+            # code (an interceptor's functions) runs under those before it
+            outside: Row = frozenset()
+            code: set[str] = set()
             for handler in positional[1:]:
-                discharged = self.discharged(handler)
-                if row is None or discharged is None:
-                    return None
-                row = row - discharged
-            return row
+                for layer in self.layers(handler):
+                    code |= self.handler_code(layer) - outside
+                    discharged = self.discharged(layer)
+                    if row is None or discharged is None:
+                        return None
+                    row, outside = row - discharged, outside | discharged
+            return None if row is None else row | code
         if name in RETURNING or foreign_higher_order(callee_fullname(callee)) == "returns":
             # effax's wrappers, and JAX's (`jax.grad(f)`: what `f` performs)
             function = function_argument(call)
@@ -277,77 +280,31 @@ class Analysis(Scope):
 
     # -- handlers
 
-    def discharged(self, expr: Expression, depth: int = 0) -> Row | None:
-        """The effect a handler expression handles, or None where it is not known."""
-        if depth > 20:
-            return None
-        if isinstance(expr, CallExpr) and effax_name(callee_fullname(expr.callee)) == "intercept":
-            return frozenset()  # an interceptor forwards: it handles nothing by itself
-        if isinstance(expr, RefExpr) and self.intercepts(expr):
+    def handler_code(self, expr: Expression) -> Row:
+        """What the code of the handler `expr` performs: an interceptor's functions,
+        which run where it is installed (under the handlers outside it), not where
+        they are written nor under the performer's row."""
+        interceptor = self.interceptor(expr)
+        if interceptor is None:
             return frozenset()
-        if isinstance(expr, CallExpr) and isinstance(expr.callee, MemberExpr):
-            name, receiver = expr.callee.name, expr.callee.expr
-            info = self.instance_class(receiver)
-            if is_handler_maker(info, name) if info is not None else name in HANDLER_MAKERS:
-                declaration = self.declaration(receiver)
-                return frozenset({declaration.fullname}) if declaration is not None else None
-        if isinstance(expr, RefExpr) and isinstance(expr.node, Var):
-            if expr.node not in self.locals:
-                handles = handles_of_type(expr.node.type)
-                if handles is not None:
-                    return handles
-            value = self.value_of(expr)
-            return self.discharged(value, depth + 1) if value is not None else None
-        return None
+        found: set[str] = set()
+        for name, function in zip(interceptor.arg_names, interceptor.args, strict=True):
+            if name is not None:
+                found |= self.code_row(function)
+        return frozenset(found)
 
-    def intercepts(self, expr: Expression) -> bool:
-        """Whether `expr` holds an `effax.Interceptor` (by its type)."""
-        info = self.instance_class(expr)
-        return info is not None and effax_name(info.fullname) == "Interceptor"
-
-    def installed(self, expr: Expression, depth: int = 0) -> Row | None:
-        """What a `with` item handles: a set of effects, or None for 'maybe anything'."""
-        if depth > 20:
-            return None
-        discharged = self.discharged(expr)
-        if discharged is not None:
-            return discharged
-        if isinstance(expr, AssignmentExpr):  # `with (h := x.provide(1)):`
-            return self.installed(expr.value, depth + 1)
-        if isinstance(expr, ConditionalExpr):  # what either installs handles for sure
-            rows = [self.installed(e, depth + 1) for e in (expr.if_expr, expr.else_expr)]
-            first, second = rows
-            return None if first is None or second is None else first & second
-        if isinstance(expr, CallExpr):
-            if effax_name(callee_fullname(expr.callee)) == "handlers":
-                spread = self.spread(expr)
-                if spread is None:
-                    return None
-                found: set[str] = set()
-                for arg in spread:
-                    row = self.discharged(arg)
-                    if row is None:
-                        return None
-                    found |= row
-                return frozenset(found)
-            return frozenset() if self.foreign(expr.callee) else None
-        value = self.value_of(expr)
-        if value is not None:
-            return self.installed(value, depth + 1)
-        info = self.instance_class(expr)
-        return frozenset() if info is not None and foreign_class(info) else None
-
-    def foreign(self, callee: Expression) -> bool:
-        """Whether calling `callee` makes a context manager that installs no handler."""
-        if isinstance(callee, RefExpr) and isinstance(callee.node, TypeInfo):
-            return foreign_class(callee.node)
-        fullname = callee_fullname(callee)
-        if fullname:
-            return fullname.partition(".")[0] in FOREIGN_PACKAGES
-        if isinstance(callee, MemberExpr):
-            info = self.instance_class(callee.expr)
-            return info is not None and foreign_class(info)
-        return False
+    def code_row(self, function: Expression) -> Row:
+        """What calling `function` performs, for handler code: also a plain function
+        of a module (whose body is walked here: handler code has no row to declare)."""
+        row = self.row_of(function)
+        if row is not None:
+            return row
+        node = function.node if isinstance(function, RefExpr) else None
+        if isinstance(node, FuncDef) and node not in self.nested and not node.is_property:
+            module = self.modules.get(node.fullname.rpartition(".")[0])
+            if module is not None and not module.is_cache_skeleton:
+                return Analysis(self.modules, node, node.body.body).demand_of(node)
+        return frozenset()
 
     def rng(self) -> str:
         """The full name of `effax.rng`'s declaration, wherever effax defines it
@@ -409,3 +366,17 @@ class Analysis(Scope):
 
 # a compiled handled function's methods that trace it (under the handlers around them)
 _STAGING: Final = frozenset({"trace", "lower"})
+
+
+def decorated_with_row(node: object) -> bool:
+    """Whether `node` is a definition decorated with a row (or with an effax wrapper
+    of a function that has one)."""
+    if not isinstance(node, Decorator):
+        return False
+    if row_of_type(node.var.type) is not None:
+        return True
+    decorators = node.original_decorators or node.decorators
+    return any(
+        is_uses(d) or effax_name(callee_fullname(callee_of(d) or d)) in RETURNING
+        for d in decorators
+    )

@@ -5,6 +5,7 @@ into calls. `_rows.Analysis` builds on it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from mypy.nodes import (
     ARG_NAMED,
@@ -28,9 +29,13 @@ from mypy.types import Instance, TupleType, get_proper_type
 
 from ._marks import Declaration, declaration_in, declaration_of_type
 from ._names import Row, callee_fullname
-from ._tree import Locals, binding_in_module
+from ._tree import Locals, binding_in_module, index_of
 
-__all__ = ["Scope"]
+__all__ = ["FORWARDED", "Scope"]
+
+# In a set of handled effects: an interceptor of the effect named after it is
+# installed with no handler of it outside (never an effect's name: it has a space)
+FORWARDED: Final = "forwarded to nothing: "
 
 
 class Scope:
@@ -44,6 +49,9 @@ class Scope:
         for statement in body:
             collector.visit(statement)
         self.locals = collector.values
+        # a local's value where one use of it reads it (by id of the name), as the
+        # walk finds it in order (a variable rebound: the binding before the use)
+        self.bound_at: dict[int, Expression | None] = {}
         self.nested = collector.functions
         self.self_class: dict[SymbolNode, TypeInfo] = {}
         self.class_objects: set[SymbolNode] = set()  # a classmethod's `cls`: the class
@@ -64,10 +72,24 @@ class Scope:
             return None
         return binding_in_module(module, name)
 
-    def without_defaults(self, row: Row) -> Row:
+    def rebound(self, var: Var) -> bool:
+        """Whether the module-level variable `var` is bound more than once, where its
+        module's tree is still there: its type is its first value's, and which value
+        a function reads depends on when it runs."""
+        module_name, _, name = var.fullname.rpartition(".")
+        module = self.modules.get(module_name)
+        if module is None or module.is_cache_skeleton:
+            return False
+        return len(index_of(module.defs).bindings.get(name, ())) > 1
+
+    def unanswered(self, row: Row, handled: Row) -> Row:
         """`row` less the `Ask`s declared with `default=`, which need no handler: where
-        none is installed, `ask()` answers the default."""
-        return frozenset(name for name in row if not self.has_default(name))
+        none is installed, `ask()` answers the default; but not where an interceptor
+        of it is installed with no handler of it outside (`handled` says so, with
+        `FORWARDED`): the interceptor forwards there, and nothing answers."""
+        return frozenset(
+            name for name in row if not self.has_default(name) or FORWARDED + name in handled
+        )
 
     def has_default(self, fullname: str) -> bool:
         """Whether the effect declared as `fullname` is an `Ask` with a default: read
@@ -89,6 +111,8 @@ class Scope:
     def value_of(self, expr: Expression) -> Expression | None:
         if not isinstance(expr, RefExpr) or not isinstance(expr.node, Var):
             return None
+        if id(expr) in self.bound_at:
+            return self.bound_at[id(expr)]
         values = self.locals.get(expr.node)
         if values is not None:
             return values[0] if len(values) == 1 else None

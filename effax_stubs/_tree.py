@@ -26,6 +26,7 @@ from mypy.nodes import (
     Node,
     OperatorAssignmentStmt,
     OverloadedFuncDef,
+    StarExpr,
     Statement,
     SymbolNode,
     TupleExpr,
@@ -58,6 +59,7 @@ __all__ = [
     "is_uses",
     "top_level",
     "transparent",
+    "unpacked",
 ]
 
 # mypy's visitors are compiled traits that interpreted classes cannot subclass, so
@@ -189,13 +191,29 @@ def index_of(statements: list[Statement]) -> Index:
         if isinstance(statement, AssignmentStmt):
             index.assigned[id(statement.rvalue)] = statement
             for lvalue in statement.lvalues:
-                if isinstance(lvalue, NameExpr):
-                    index.bindings.setdefault(lvalue.name, []).append(statement.rvalue)
-                elif isinstance(lvalue, TupleExpr | ListExpr):
-                    for target in lvalue.items:
-                        if isinstance(target, NameExpr):
-                            index.bindings.setdefault(target.name, []).append(None)
+                for target, value in unpacked(lvalue, statement.rvalue):
+                    if isinstance(target, NameExpr):
+                        index.bindings.setdefault(target.name, []).append(value)
     return index
+
+
+def unpacked(
+    lvalue: Expression, value: Expression | None
+) -> Iterator[tuple[Expression, Expression | None]]:
+    """The targets an assignment binds, each with its value where it is plain to see:
+    `a, b = x, y` binds `a` to `x` (None where the value is not a tuple or list of
+    as many items, or a target is starred)."""
+    if not isinstance(lvalue, TupleExpr | ListExpr):
+        yield lvalue, value
+        return
+    items = value.items if isinstance(value, TupleExpr | ListExpr) else None
+    split = (
+        items is not None
+        and len(items) == len(lvalue.items)
+        and not any(isinstance(e, StarExpr) for e in (*lvalue.items, *items))
+    )
+    for position, target in enumerate(lvalue.items):
+        yield from unpacked(target, items[position] if split and items is not None else None)
 
 
 def binding_in_module(module: MypyFile, name: str) -> Expression | None:
@@ -213,11 +231,9 @@ class Locals:
         self.descend = functions  # False at module level: defs there have no inferred row
 
     def bind(self, lvalue: Expression, value: Expression | None) -> None:
-        if isinstance(lvalue, NameExpr) and lvalue.node is not None:
-            self.values.setdefault(lvalue.node, []).append(value)
-        elif isinstance(lvalue, TupleExpr | ListExpr):
-            for item in lvalue.items:
-                self.bind(item, None)
+        for target, item in unpacked(lvalue, value):
+            if isinstance(target, NameExpr) and target.node is not None:
+                self.values.setdefault(target.node, []).append(item)
 
     def visit(self, node: Node) -> None:
         if isinstance(node, AssignmentStmt):

@@ -65,11 +65,10 @@ def check_value(ctx: MethodContext, modules: Mapping[str, MypyFile]) -> None:
     elif (
         (kind == "State" or declaration.static is False)
         and is_text(value)
-        # declared to hold text (`Ask[str]`), eager code may use it as such: only a
-        # compiled call performing it under this handler refuses it at run time
+        # declared to hold text (`Ask[str]`, `State[str]`), eager code may use it as
+        # such: only a compiled call performing it under this handler refuses it
         and (
-            kind == "State"
-            or not (receiver.args and is_text(receiver.args[0]))
+            not (receiver.args and is_text(receiver.args[0]))
             or reaches_compiled(ctx.api, modules, call, declaration.fullname)
         )
     ):

@@ -6,17 +6,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from mypy.nodes import (
+    AssignmentExpr,
     AssignmentStmt,
     Block,
     CallExpr,
     ClassDef,
     Decorator,
     Expression,
+    ForStmt,
     FuncDef,
+    FuncItem,
+    IfStmt,
     IndexExpr,
     LambdaExpr,
     ListExpr,
+    MatchStmt,
     MemberExpr,
+    NameExpr,
     Node,
     OperatorAssignmentStmt,
     OverloadedFuncDef,
@@ -26,6 +32,7 @@ from mypy.nodes import (
     TryStmt,
     TupleExpr,
     TypeInfo,
+    WhileStmt,
     WithStmt,
 )
 
@@ -38,8 +45,9 @@ from ._names import (
     foreign_higher_order,
     function_argument,
 )
-from ._report import Sink
-from ._tree import children_of, is_uses
+from ._report import Sink, describe
+from ._scope import FORWARDED
+from ._tree import children_of, descendants, is_uses, unpacked
 
 if TYPE_CHECKING:
     from ._rows import Analysis
@@ -62,21 +70,65 @@ class Walker:
         self.handled: Row | None = frozenset()  # None: anything may be handled
         self.exit_stacks: set[SymbolNode | None] = set()  # `with ExitStack() as <these>`
         self.setters: set[int] = set()  # properties assigned (ids in `around`)
+        # the value each local holds here, as the walk binds them in order (None: not
+        # one known value); the names read are recorded in `analysis.bound_at`
+        self.current: dict[SymbolNode, Expression | None] = {}
+        self.anchor: Node | None = None  # the `with` statement being walked
 
     def visit(self, node: Node) -> None:
+        if isinstance(node, _BRANCHING):
+            # code that may run or not, or many times: a local bound in it holds no
+            # one known value after it (in a loop, nor before it)
+            assigned = _assigned_in(node)
+            if isinstance(node, ForStmt | WhileStmt):
+                self.forget(assigned)
+            self.visit_statement(node)
+            self.forget(assigned)
+        else:
+            self.visit_statement(node)
+
+    def forget(self, assigned: set[SymbolNode]) -> None:
+        for var in assigned:
+            values = self.analysis.locals.get(var, ())
+            if len(values) == 1 and var not in self.current:
+                continue  # bound only there: its one value, as without a walk
+            self.current[var] = None
+
+    def bind(self, lvalue: Expression, value: Expression | None) -> None:
+        for target, item in unpacked(lvalue, value):
+            if isinstance(target, NameExpr) and target.node is not None:
+                self.current[target.node] = item
+
+    def visit_defaults(self, function: FuncItem) -> None:
+        """Default values run where the `def` (or `lambda`) runs, not where it is called."""
+        for argument in function.arguments:
+            if argument.initializer is not None:
+                self.visit(argument.initializer)
+
+    def visit_statement(self, node: Node) -> None:
         if isinstance(node, Block):
             if not node.is_unreachable:
                 for statement in node.body:
                     self.visit(statement)
-        elif isinstance(node, FuncDef | OverloadedFuncDef):
-            pass  # a nested def counts where it is called
+        elif isinstance(node, FuncDef):
+            self.visit_defaults(node)  # the body counts where it is called
+        elif isinstance(node, OverloadedFuncDef):
+            for item in [*node.items, *([node.impl] if node.impl else [])]:
+                self.visit(item)
         elif isinstance(node, ClassDef):
             self.visit(node.defs)  # a class body runs where the class is defined
         elif isinstance(node, Decorator):
             for expr in node.decorators:
                 self.visit(expr)
+            self.visit_defaults(node.func)
         elif isinstance(node, LambdaExpr):
-            pass  # counts where it is called or passed to a call: see visit_call
+            self.visit_defaults(node)  # the body counts where it is called or passed
+        elif isinstance(node, NameExpr):
+            if node.node in self.current:
+                self.analysis.bound_at[id(node)] = self.current[node.node]
+        elif isinstance(node, AssignmentExpr):
+            self.visit(node.value)
+            self.bind(node.target, node.value)
         elif isinstance(node, WithStmt):
             self.visit_with(node)
         elif isinstance(node, TryStmt) and self.catches_missing(node):
@@ -95,8 +147,17 @@ class Walker:
         elif isinstance(node, AssignmentStmt | OperatorAssignmentStmt):
             self.visit(node.rvalue)
             lvalues = node.lvalues if isinstance(node, AssignmentStmt) else [node.lvalue]
+            update = isinstance(node, OperatorAssignmentStmt)
             for target in lvalues:
-                self.visit_target(target, update=isinstance(node, OperatorAssignmentStmt))
+                self.visit_target(target, update=update)
+                self.bind(target, None if update else node.rvalue)
+        elif isinstance(node, ForStmt):
+            self.visit(node.expr)
+            self.bind(node.index, None)
+            self.visit(node.index)
+            self.visit(node.body)
+            if node.else_body is not None:
+                self.visit(node.else_body)
         else:
             for child in children_of(node):
                 self.visit(child)
@@ -132,32 +193,55 @@ class Walker:
         """Whether `node`'s handlers catch what performing an effect with no handler
         raises here: `UnhandledEffectError` at module level; in a function with a
         row, `UndeclaredEffectError` (a handler outside the row is hidden)."""
+        return any(typ is None or self.catches(typ) for typ in node.types)  # None: `except:`
+
+    def catches(self, typ: Expression) -> bool:
         caught = _CAUGHT_UNHANDLED if self.around is not None else _CAUGHT_UNDECLARED
-        for typ in node.types:
-            if typ is None:  # a bare `except:`
+        for item in typ.items if isinstance(typ, TupleExpr) else [typ]:
+            fullname = callee_fullname(item)
+            if fullname in caught or effax_name(fullname) in caught:
                 return True
-            for item in typ.items if isinstance(typ, TupleExpr) else [typ]:
-                fullname = callee_fullname(item)
-                if fullname in caught or effax_name(fullname) in caught:
-                    return True
         return False
 
     def visit_with(self, node: WithStmt) -> None:
         # `with a, b:` is `with a: with b:`: each item is evaluated under the ones before
-        outer = self.handled
+        outer, anchor = self.handled, self.anchor
+        self.anchor = node
         for expr, target in zip(node.expr, node.target, strict=True):
             self.visit(expr)
+            if target is not None:
+                self.bind(target, expr)
             if (
                 isinstance(target, RefExpr)
                 and isinstance(expr, CallExpr)
                 and callee_fullname(expr.callee) in _EXIT_STACKS
             ):
                 self.exit_stacks.add(target.node)
-            row = self.analysis.installed(expr)
-            if self.handled is not None:
-                self.handled = None if row is None else self.handled | row
+            if (
+                isinstance(expr, CallExpr)
+                and callee_fullname(expr.callee) == "contextlib.suppress"
+                and any(self.catches(typ) for typ in expr.args)
+            ):
+                self.handled = None  # the optional-effect pattern, as `try`/`except`
+            for layer in self.analysis.layers(expr):
+                self.install(expr, layer)
         self.visit(node.body)
-        self.handled = outer
+        self.handled, self.anchor = outer, anchor
+
+    def install(self, item: Expression, layer: Expression) -> None:
+        """Install the handler `layer` (of the `with` item `item`): its code (an
+        interceptor's functions) runs under the handlers outside it."""
+        if self.handled is None:
+            return
+        code = self.analysis.handler_code(layer)
+        if code - self.handled:
+            self.sink(item, code - self.handled, describe(layer))
+        row = self.analysis.installed(layer)
+        if row is None:
+            self.handled = None
+            return
+        forwarded = self.analysis.forwarded(layer) - self.handled
+        self.handled = self.handled | row | {FORWARDED + name for name in forwarded}
 
     def visit_call(self, node: CallExpr) -> None:
         name = effax_name(callee_fullname(node.callee))
@@ -171,12 +255,14 @@ class Walker:
         # A lambda handed to a function of the user's own counts where that function
         # calls it (which may be under its own handler, or later): not here. Handed
         # to anything else (an effax operation, JAX, a builtin) it counts here.
-        user_function = _user_function(node.callee)
+        # Stored for later (`callbacks.append(f)`), it counts where it is called.
+        user_function = _user_function(node.callee) or self.analysis.stores(node.callee)
         # An interceptor's functions are handler code: they run where the interceptor
-        # is installed, under the handlers outside it, which are not known here.
+        # is installed, under the handlers outside it (see `install`).
         handler_code = name == "intercept"
         for child in [node.callee, *node.args]:
             if isinstance(child, LambdaExpr):
+                self.visit_defaults(child)
                 if child is not skip and not user_function and not handler_code:
                     self.visit(child.body)  # a lambda counts where it is handed over
             else:
@@ -208,6 +294,32 @@ _CAUGHT_BY_BASES: Final = frozenset(
 )
 _CAUGHT_UNHANDLED: Final = _CAUGHT_BY_BASES | {"UnhandledEffectError"}
 _CAUGHT_UNDECLARED: Final = _CAUGHT_BY_BASES | {"UndeclaredEffectError"}
+
+
+_BRANCHING: Final = (IfStmt, ForStmt, WhileStmt, TryStmt, MatchStmt)
+
+
+def _assigned_in(node: Node) -> set[SymbolNode]:
+    """The locals a statement binds anywhere inside it (not in nested definitions:
+    those bind their own)."""
+    found: set[SymbolNode] = set()
+    targets: list[Expression] = []
+    for child in descendants(node):
+        if isinstance(child, AssignmentStmt):
+            targets.extend(child.lvalues)
+        elif isinstance(child, OperatorAssignmentStmt):
+            targets.append(child.lvalue)
+        elif isinstance(child, ForStmt):
+            targets.append(child.index)
+        elif isinstance(child, WithStmt):
+            targets.extend(t for t in child.target if t is not None)
+        elif isinstance(child, AssignmentExpr):
+            targets.append(child.target)
+    for target in targets:
+        for name, _ in unpacked(target, None):
+            if isinstance(name, NameExpr) and name.node is not None:
+                found.add(name.node)
+    return found
 
 
 def hooked(call: CallExpr) -> bool:

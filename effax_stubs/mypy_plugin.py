@@ -26,35 +26,20 @@ plugin). The plugin checks what types cannot say, with its own error codes:
 - ``effax-handler-type``: a handler given a value that its effect cannot carry
   although the types agree: an unhashable value for a ``static=True`` ``Ask``; a
   ``str`` or ``bytes`` for a traced ``Ask`` or a ``State`` (traced values cross
-  ``jax.jit`` as arrays); an ``int`` for a ``State[float]`` (or a ``bool`` for a
-  ``State[int]``), whose dtype would then change on the first update.
+  ``jax.jit`` as arrays; where it is declared to hold text, only where a compiled
+  call performs it under the handler); an ``int`` for a ``State[float]`` (or a
+  ``bool`` for a ``State[int]``), whose dtype would then change on the first update.
 
-What the plugin understands, and where it stays silent rather than guess:
-
-- Effects are module-level declarations (``temperature = effax.Ask[float]("t")``),
-  reached by any name: ``from mylib import temperature as t``, ``mylib.temperature``,
-  a module-level alias ``t = temperature``, a tuple spread into a row
-  (``effax.uses(*ROW)``). User-defined effects (subclasses of ``effax.Effect``) too:
-  their operations are the methods calling ``self.handler()``, their handler makers
-  the methods annotated to return an ``effax.Handler``. Effects held in class
-  attributes, parameters, containers or made by functions are not tracked.
-- A function's row is what its ``@effax.uses(...)`` decorator says (on a function, a
-  method, an overload's implementation, a property, an ``__init__``); rows are not
-  inferred for functions without one, and calls to those are not checked. Inside a
-  checked function, a nested ``def`` (or a ``lambda`` held in a variable) counts where
-  it is called or handed to an effax control-flow wrapper, and a ``lambda`` written
-  as an argument where it is passed. Functions kept in containers are not tracked.
-- Handlers are recognised in ``with`` statements: ``X.provide(...)``, ``X.init(...)``,
-  ``X.seed(...)``, ``X.collect()``, ``X.discard()``, a ``Tap``'s ``X.ignore()``,
-  ``X.record(...)``, ``X.replace(...)``, ``X.gradients(...)``, ``effax.handlers(...)``
-  and variables holding them;
-  an interceptor (``effax.intercept(...)``) handles nothing by itself (it forwards).
-  Any other context manager from user code may install handlers, so nothing under
-  it is reported; those of the standard library, JAX, NumPy and pytest install none.
-  A call to ``enter_context(...)`` or ``__enter__()`` silences the rest of its block.
-- Module level includes class bodies. A call there is checked from the hook mypy
-  calls for it, or, where mypy calls none (``effax.jit(f)(x)``), from the hook of a
-  call inside it; the handlers around each call come from one walk of the module.
+What the plugin understands, and where it stays silent rather than guess, is the
+table of docs/typing.md: effects are module-level declarations (user-defined ones
+too), rows are what ``@effax.uses(...)`` says (never inferred), handlers are read from
+``with`` statements, ``effax.handlers(...)`` and ``effax.handle(f, ...)`` (through
+variables, as the code binds them), an interceptor's functions run where it is
+installed, default values where their ``def`` runs, and any context manager of the
+user's own may install handlers (nothing under it is reported). Module level includes
+class bodies; a call there is checked from the hook mypy calls for it or, where mypy
+calls none (``effax.jit(f)(x)``), from the hook of a call inside it, against the
+handlers one walk of the module found around it.
 
 How: the plugin records what it learns in the types it returns (which effect a
 declaration or a handler is, which row a function has) as markers in
@@ -70,10 +55,10 @@ plugin loads with no hooks and says so on stderr.
 
 Layout: this module holds the hooks; `_names` (what effax looks like to the
 plugin), `_marks` (declarations: markers in types), `_tree` (the syntax tree),
-`_scope` (what names in a body refer to), `_rows` (what code performs, handles
-and declares), `_walker` (statements in
-order, with the handlers around each call), `_calls` (rules 1 and 2), `_values`
-(rule 3) and `_report` (error codes and message wording).
+`_scope` (what names in a body refer to), `_handling` (what handler expressions
+handle and forward), `_rows` (what code performs and declares), `_walker`
+(statements in order, with the handlers around each call), `_calls` (rules 1 and
+2), `_values` (rule 3) and `_report` (error codes and message wording).
 """
 
 from __future__ import annotations
@@ -87,7 +72,6 @@ from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
     CallExpr,
-    Decorator,
     MypyFile,
     NameExpr,
     OverloadedFuncDef,
@@ -128,8 +112,6 @@ from ._names import (
     OPERATIONS,
     PERFORMING,
     RETURNING,
-    callee_fullname,
-    callee_of,
     effax_method,
     effax_name,
     effect_operations,
@@ -139,8 +121,8 @@ from ._names import (
     kind_of,
 )
 from ._report import DEBUG_VARIABLE, HANDLER_TYPE, UNDECLARED, UNHANDLED
-from ._rows import Analysis
-from ._tree import effect_operations_in, index_of, is_uses
+from ._rows import Analysis, decorated_with_row
+from ._tree import effect_operations_in, index_of
 from ._values import check_value
 
 __all__ = ["HANDLER_TYPE", "SUPPORTED_MYPY", "UNDECLARED", "UNHANDLED", "EffaxPlugin", "plugin"]
@@ -177,6 +159,8 @@ class EffaxPlugin(Plugin):
             return self._through
         if name == "handlers":
             return self._handlers
+        if name == "intercept":
+            return self._intercept
         if (name is not None and name in PERFORMING) or fullname.startswith("effax.random."):
             return self._module_level
         if fullname == "functools.partial":
@@ -264,10 +248,10 @@ class EffaxPlugin(Plugin):
                 return any(self._has_row(f"{node.fullname}.{m}") for m in ("__init__", "__call__"))
             if isinstance(node, OverloadedFuncDef):  # an overload, or a property's setter
                 items = [node.impl] if node.impl is not None else node.items
-                return any(_decorated_with_row(item) for item in items)
+                return any(decorated_with_row(item) for item in items)
             if isinstance(node, Var):
                 return row_of_type(node.type) is not None
-            return _decorated_with_row(node)
+            return decorated_with_row(node)
         except Exception:
             if self._debug:
                 raise
@@ -367,12 +351,20 @@ class EffaxPlugin(Plugin):
                 row = Analysis(self._module_map(), None, []).row_of(ctx.args[0][0])
             if row is None:
                 return
-            if handle:
-                for typ in ctx.arg_types[1] if len(ctx.arg_types) > 1 else ():
-                    handles = handles_of_type(typ)
-                    if handles is None:
-                        return
-                    row = row - handles
+            if handle and len(ctx.arg_types) > 1:
+                analysis = Analysis(self._module_map(), None, [])
+                arguments = zip(ctx.arg_types[1], ctx.arg_kinds[1], ctx.args[1], strict=True)
+                for typ, kind, arg in arguments:
+                    star = get_proper_type(typ) if kind == ARG_STAR else None
+                    # `effax.handle(f, *cells)` with a tuple of handlers: its items
+                    for item in star.items if isinstance(star, TupleType) else [typ]:
+                        handles = handles_of_type(item)
+                        if handles is None and star is None:
+                            # (an interceptor's type loses its marks in this context)
+                            handles = analysis.discharged(arg)
+                        if handles is None:
+                            return
+                        row = row - handles
             result[0] = with_marks(ctx.default_return_type, row_marks(row))
 
         self._guarded(mark)
@@ -393,6 +385,7 @@ class EffaxPlugin(Plugin):
 
         self._guarded(mark)
         self._guarded(lambda: check_value(ctx, self._module_map()))
+        self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
         return result[0]
 
     def _handlers(self, ctx: FunctionContext) -> Type:
@@ -412,6 +405,24 @@ class EffaxPlugin(Plugin):
             result[0] = with_marks(ctx.default_return_type, marks)
 
         self._guarded(mark)
+        self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
+        return result[0]
+
+    def _intercept(self, ctx: FunctionContext) -> Type:
+        """`effax.intercept(effect, **operations)`: what the interceptor handles by
+        itself (its effect where no function of it calls `outer`; else nothing)."""
+        result: list[Type] = [ctx.default_return_type]
+
+        def mark() -> None:
+            if not isinstance(ctx.context, CallExpr):
+                return
+            handled = Analysis(self._module_map(), None, []).discharged(ctx.context)
+            if handled is not None:
+                marks = {HANDLES} | {f"{HANDLES}:{name}" for name in handled}
+                result[0] = with_marks(ctx.default_return_type, marks)
+
+        self._guarded(mark)
+        self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
         return result[0]
 
     def _partial(self, ctx: FunctionContext) -> Type:
@@ -450,20 +461,6 @@ class EffaxPlugin(Plugin):
     def _module_level(self, ctx: FunctionContext | MethodContext) -> Type:
         self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
         return ctx.default_return_type
-
-
-def _decorated_with_row(node: object) -> bool:
-    """Whether `node` is a definition decorated with a row (or with an effax wrapper
-    of a function that has one)."""
-    if not isinstance(node, Decorator):
-        return False
-    if row_of_type(node.var.type) is not None:
-        return True
-    decorators = node.original_decorators or node.decorators
-    return any(
-        is_uses(d) or effax_name(callee_fullname(callee_of(d) or d)) in RETURNING
-        for d in decorators
-    )
 
 
 class _Disabled(Plugin):

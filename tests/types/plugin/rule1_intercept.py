@@ -72,8 +72,15 @@ with steps.init(0), log.collect(), counting:
     log.emit(1.0)
 
 
-# case: the same inside a function with a row: not the function's effect
+# case: the same inside a function with a row: its row is what is outside the interceptor (round 4; silent before)
 @fx.uses(log)
 def counted() -> None:
+    with fx.intercept(log, emit=lambda outer, v: (steps.set(1), outer.emit(v))[1]):  # E: effax-undeclared: "effax.intercept(...)" performs effect "steps"
+        log.emit(1.0)
+
+
+# case: the same inside a function whose row holds what the interceptor performs
+@fx.uses(log, steps)
+def counted_in_the_row() -> None:
     with fx.intercept(log, emit=lambda outer, v: (steps.set(1), outer.emit(v))[1]):
         log.emit(1.0)

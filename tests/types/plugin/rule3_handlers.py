@@ -28,8 +28,22 @@ with traced_mode.provide("fast"):  # E: effax-handler-type: Ask "traced_mode" is
     fx.jit(lambda: len(traced_mode.ask()))()
 fx.handle(lambda: traced_mode.ask(), traced_mode.provide("x"), transform=jax.jit)()  # E: effax-handler-type
 
-# case: a State cannot carry text
-name.init("x")  # E: effax-handler-type: State "name" is traced
+# case: a State cannot carry text into a compiled call
+with name.init("x"):  # E: effax-handler-type: State "name" is traced
+    fx.jit(lambda: len(name.get()))()
+fx.handle(lambda: name.get(), name.init("y"), transform=jax.jit)()  # E: effax-handler-type
+
+
+# case: a State[str] used eagerly only (round 4: the Ask[str] rule)
+name.init("x")
+with name.init("x"):
+    name.set(name.get() + "y")
+fx.handle(lambda: name.get(), name.init("y"))()
+
+
+# case: a State of another type given text is refused wherever it is
+anything = fx.State[object]("anything")
+anything.init("x")  # E: effax-handler-type: State "anything" is traced
 
 # case: a State initialised with a narrower Python scalar
 total.init(0)  # E: effax-handler-type: State "total" holds "float" values but is initialised with "int"

@@ -52,7 +52,7 @@ print(hs_ok[total], hs_ok[count])
 
 # case: a traced Ask and a State holding strings, which cannot cross jax.jit
 label.provide("run-1")  # (reported before issue 28; an Ask[str] given a str now only where a compiled call performs it)
-phase.init("warmup")  # E: effax-handler-type
+phase.init("warmup")  # (reported before issue 42; a State[str] given a str now only where a compiled call performs it)
 
 # case: a traced float Ask given a Python int, and a scale given a float
 with scale.provide(2), temperature.provide(jnp.float32(1.0)):

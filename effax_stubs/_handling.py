@@ -1,0 +1,211 @@
+"""Handlers: what a handler expression handles, installs and forwards (interceptors),
+and calls that keep the functions they are given for later. `_rows.Analysis` builds on
+it."""
+
+from __future__ import annotations
+
+from mypy.nodes import (
+    AssignmentExpr,
+    CallExpr,
+    ConditionalExpr,
+    Decorator,
+    DictExpr,
+    Expression,
+    FuncItem,
+    ListExpr,
+    MemberExpr,
+    NameExpr,
+    RefExpr,
+    SetExpr,
+    TypeInfo,
+    Var,
+)
+from mypy.types import Instance, get_proper_type
+
+from ._marks import Declaration, handles_of_type
+from ._names import (
+    CALLING_METHODS,
+    CONTAINERS,
+    FOREIGN_PACKAGES,
+    HANDLER_MAKERS,
+    STORING,
+    Row,
+    callee_fullname,
+    effax_name,
+    effect_operations,
+    function_argument,
+    is_handler_maker,
+)
+from ._scope import Scope
+from ._tree import descendants, foreign_class
+
+__all__ = ["Handling"]
+
+
+class Handling(Scope):
+    """What the handler expressions of one function body or module top level handle.
+
+    Where it cannot tell, it answers so that nothing is reported: an upper bound of
+    what is handled.
+    """
+
+    def discharged(self, expr: Expression, depth: int = 0) -> Row | None:
+        """The effect a handler expression handles, or None where it is not known."""
+        if depth > 20:
+            return None
+        interceptor = self.interceptor(expr)
+        if interceptor is not None:
+            # it forwards to the handler outside it, so it handles its effect only
+            # where it answers each operation with a function that never calls `outer`
+            declaration = self.intercepted(interceptor)
+            alone = declaration is not None and self.answers_alone(interceptor)
+            return frozenset({declaration.fullname}) if alone and declaration else frozenset()
+        if isinstance(expr, CallExpr) and isinstance(expr.callee, MemberExpr):
+            name, receiver = expr.callee.name, expr.callee.expr
+            info = self.instance_class(receiver)
+            if is_handler_maker(info, name) if info is not None else name in HANDLER_MAKERS:
+                declaration = self.declaration(receiver)
+                return frozenset({declaration.fullname}) if declaration is not None else None
+        if isinstance(expr, RefExpr) and isinstance(expr.node, Var):
+            if expr.node not in self.locals and not self.rebound(expr.node):
+                handles = handles_of_type(expr.node.type)
+                if handles is not None:
+                    return handles
+            value = self.value_of(expr)
+            if value is not None:
+                return self.discharged(value, depth + 1)
+            if self.intercepts(expr):
+                return frozenset()  # an interceptor made where we cannot see
+        return None
+
+    def intercepts(self, expr: Expression) -> bool:
+        """Whether `expr` holds an `effax.Interceptor` (by its type)."""
+        info = self.instance_class(expr)
+        return info is not None and effax_name(info.fullname) == "Interceptor"
+
+    def interceptor(self, expr: Expression, depth: int = 0) -> CallExpr | None:
+        """The `effax.intercept(...)` call `expr` evaluates to, where plain to see."""
+        if depth > 20:
+            return None
+        if isinstance(expr, CallExpr):
+            return expr if effax_name(callee_fullname(expr.callee)) == "intercept" else None
+        value = self.value_of(expr)
+        return self.interceptor(value, depth + 1) if value is not None else None
+
+    def intercepted(self, call: CallExpr) -> Declaration | None:
+        """The effect an `effax.intercept(effect, ...)` call intercepts."""
+        effect = function_argument(call) if call.args else None
+        return self.declaration(effect) if effect is not None else None
+
+    def answers_alone(self, call: CallExpr) -> bool:
+        """Whether the interceptor `call` makes answers every operation of its effect
+        with a function that never calls `outer` (its first parameter): then it
+        handles the effect by itself, as run time does (no handler outside needed)."""
+        effect = function_argument(call)
+        info = self.instance_class(effect) if effect is not None else None
+        operations = effect_operations(info) if info is not None else frozenset()
+        given = {name: arg for name, arg in zip(call.arg_names, call.args, strict=True) if name}
+        return bool(operations) and all(
+            name in given and _ignores_outer(given[name]) for name in operations
+        )
+
+    def forwarded(self, expr: Expression) -> Row:
+        """The effect an interceptor `expr` forwards to the handler outside it."""
+        interceptor = self.interceptor(expr)
+        if interceptor is None or self.answers_alone(interceptor):
+            return frozenset()
+        declaration = self.intercepted(interceptor)
+        return frozenset({declaration.fullname}) if declaration is not None else frozenset()
+
+    def layers(self, expr: Expression, depth: int = 0) -> list[Expression]:
+        """The handlers a handler expression installs, outermost first: those of an
+        `effax.handlers(...)` bundle (written there or held in a variable)."""
+        if depth > 20:
+            return [expr]
+        if isinstance(expr, AssignmentExpr):
+            return self.layers(expr.value, depth + 1)
+        if isinstance(expr, CallExpr) and effax_name(callee_fullname(expr.callee)) == "handlers":
+            spread = self.spread(expr)
+            if spread is None:
+                return [expr]
+            return [layer for arg in spread for layer in self.layers(arg, depth + 1)]
+        value = self.value_of(expr) if isinstance(expr, RefExpr) else None
+        if isinstance(value, CallExpr) and effax_name(callee_fullname(value.callee)) == "handlers":
+            return self.layers(value, depth + 1)
+        return [expr]
+
+    def stores(self, callee: Expression) -> bool:
+        """Whether calling `callee` stores the functions it is given for later instead
+        of calling them (`callbacks.append(f)`, `registry.setdefault(k, f)`)."""
+        fullname = callee_fullname(callee)
+        if fullname in STORING:
+            return True
+        if not isinstance(callee, MemberExpr) or callee.name in CALLING_METHODS:
+            return False
+        info = self.instance_class(callee.expr)
+        receiver = callee.expr
+        if info is None and isinstance(receiver, MemberExpr):  # `self.callbacks.append`
+            owner = self.instance_class(receiver.expr)
+            symbol = owner.get(receiver.name) if owner is not None else None
+            typ = get_proper_type(symbol.type) if symbol is not None else None
+            info = typ.type if isinstance(typ, Instance) else None
+        if info is not None:
+            return any(base.fullname in CONTAINERS for base in info.mro)
+        value = self.value_of(receiver)
+        return isinstance(value, ListExpr | DictExpr | SetExpr)
+
+    def installed(self, expr: Expression, depth: int = 0) -> Row | None:
+        """What a `with` item handles: a set of effects, or None for 'maybe anything'."""
+        if depth > 20:
+            return None
+        discharged = self.discharged(expr)
+        if discharged is not None:
+            return discharged
+        if isinstance(expr, AssignmentExpr):  # `with (h := x.provide(1)):`
+            return self.installed(expr.value, depth + 1)
+        if isinstance(expr, ConditionalExpr):  # what either installs handles for sure
+            rows = [self.installed(e, depth + 1) for e in (expr.if_expr, expr.else_expr)]
+            first, second = rows
+            return None if first is None or second is None else first & second
+        if isinstance(expr, CallExpr):
+            if effax_name(callee_fullname(expr.callee)) == "handlers":
+                spread = self.spread(expr)
+                if spread is None:
+                    return None
+                found: set[str] = set()
+                for arg in spread:
+                    row = self.discharged(arg)
+                    if row is None:
+                        return None
+                    found |= row
+                return frozenset(found)
+            return frozenset() if self.foreign(expr.callee) else None
+        value = self.value_of(expr)
+        if value is not None:
+            return self.installed(value, depth + 1)
+        info = self.instance_class(expr)
+        return frozenset() if info is not None and foreign_class(info) else None
+
+    def foreign(self, callee: Expression) -> bool:
+        """Whether calling `callee` makes a context manager that installs no handler."""
+        if isinstance(callee, RefExpr) and isinstance(callee.node, TypeInfo):
+            return foreign_class(callee.node)
+        fullname = callee_fullname(callee)
+        if fullname:
+            return fullname.partition(".")[0] in FOREIGN_PACKAGES
+        if isinstance(callee, MemberExpr):
+            info = self.instance_class(callee.expr)
+            return info is not None and foreign_class(info)
+        return False
+
+
+def _ignores_outer(function: Expression) -> bool:
+    """Whether `function` (a lambda or a def written in the user's code) never reads
+    its first parameter, the handler an interceptor forwards to."""
+    written: object = function.node if isinstance(function, RefExpr) else function
+    if isinstance(written, Decorator):
+        written = written.func
+    if not isinstance(written, FuncItem) or not written.arguments:
+        return False
+    outer = written.arguments[0].variable
+    return not any(isinstance(n, NameExpr) and n.node is outer for n in descendants(written.body))
