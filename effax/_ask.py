@@ -42,7 +42,8 @@ class Ask(Effect["Provider[T]"], Generic[T]):
     With a `default`, `ask()` answers it where no handler is installed (as
     `contextvars.ContextVar` does); a compiled call traced without a handler is
     traced again once one is installed. A handler that cannot be read here (one
-    outside a raw ``jax.jit``) is still an error, not the default.
+    outside a raw ``jax.jit``) is still an error, not the default, and so is an
+    interceptor (`effax.intercept`) that forwards ``ask()`` to no handler outside it.
 
     **Example:**
 

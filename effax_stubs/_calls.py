@@ -153,7 +153,7 @@ def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
         # may run while mypy discards errors, in a trial inference)
         assert isinstance(node, Expression)
         missing = analysis.unanswered(missing, walker.handled or frozenset())
-        inner = list(calls_in(node)) or list(calls_in(walker.anchor) if walker.anchor else [])
+        inner = [*calls_in(node), *(calls_in(walker.anchor) if walker.anchor else ())]
         for call in inner:  # (mypy reports the same error on a line once)
             pending.setdefault(id(call), []).append((node, missing, who))
 

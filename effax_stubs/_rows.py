@@ -284,27 +284,47 @@ class Analysis(Handling):
         """What the code of the handler `expr` performs: an interceptor's functions,
         which run where it is installed (under the handlers outside it), not where
         they are written nor under the performer's row."""
-        interceptor = self.interceptor(expr)
-        if interceptor is None:
-            return frozenset()
         found: set[str] = set()
-        for name, function in zip(interceptor.arg_names, interceptor.args, strict=True):
-            if name is not None:
-                found |= self.code_row(function)
+        interceptor = self.interceptor(expr)
+        if interceptor is not None:
+            for name, function in zip(interceptor.arg_names, interceptor.args, strict=True):
+                if name is not None:
+                    found |= self.code_row(function)
+            return frozenset(found)
+        # a subclass of `effax.Interceptor` of the user's, `Clipped(meter, ())`: its
+        # methods named as the operations of the effect it is given answer them
+        call = expr if isinstance(expr, CallExpr) else self.value_of(expr)
+        info = self.constructed(call.callee) if isinstance(call, CallExpr) else None
+        if info is None or not any(effax_name(b.fullname) == "Interceptor" for b in info.mro):
+            return frozenset()
+        assert isinstance(call, CallExpr)
+        effect = function_argument(call)
+        effect_info = self.instance_class(effect) if effect is not None else None
+        for name in effect_operations(effect_info) if effect_info is not None else ():
+            symbol = info.get(name)
+            node = symbol.node if symbol is not None else None
+            if isinstance(node, Decorator | FuncDef) and not node.fullname.startswith("effax."):
+                found |= self.code_row(node)
         return frozenset(found)
 
-    def code_row(self, function: Expression) -> Row:
+    def code_row(self, function: Expression | Decorator | FuncDef) -> Row:
         """What calling `function` performs, for handler code: also a plain function
-        of a module (whose body is walked here: handler code has no row to declare)."""
-        row = self.row_of(function)
-        if row is not None:
-            return row
-        node = function.node if isinstance(function, RefExpr) else None
-        if isinstance(node, FuncDef) and node not in self.nested and not node.is_property:
+        or method of the user's (whose body is walked here: handler code has no row
+        to declare)."""
+        node = function.node if isinstance(function, RefExpr) else function
+        if isinstance(node, Decorator):
+            return self.decorator_row(node) or frozenset()
+        if not isinstance(node, FuncDef):
+            row = self.row_of(function) if isinstance(function, Expression) else None
+            return row or frozenset()
+        if node in self.nested:
+            return self.demand_of(node)
+        module = self.modules.get(node.info.module_name if node.info else node.fullname)
+        if module is None:
             module = self.modules.get(node.fullname.rpartition(".")[0])
-            if module is not None and not module.is_cache_skeleton:
-                return Analysis(self.modules, node, node.body.body).demand_of(node)
-        return frozenset()
+        if module is None or module.is_cache_skeleton or node.is_property:
+            return frozenset()
+        return Analysis(self.modules, node, node.body.body).demand_of(node)
 
     def rng(self) -> str:
         """The full name of `effax.rng`'s declaration, wherever effax defines it

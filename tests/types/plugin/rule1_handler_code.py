@@ -157,3 +157,25 @@ def compiled(x: jax.Array) -> jax.Array:
 
 with temperature.provide(1.0), steps.init(0):
     compiled(jnp.ones(2))
+
+
+# case: an Interceptor subclass's operations are handler code too
+class Counting(fx.Interceptor[fx.Ask[float]]):
+    def ask(self) -> float:
+        steps.modify(lambda n: n + 1)
+        outer = self.outer()
+        assert isinstance(outer, fx.Provider)
+        return float(outer.ask())
+
+
+with temperature.provide(1.0), Counting(temperature, ()):  # E: effax-unhandled: "Counting(...)" performs effect "steps"
+    scaled(1.0)
+with steps.init(0), temperature.provide(1.0), Counting(temperature, ()):
+    scaled(1.0)
+
+
+@fx.uses(temperature)
+def installs_a_subclass() -> float:
+    counting = Counting(temperature, ())
+    with counting:  # E: effax-undeclared: "counting" performs effect "steps"
+        return scaled(1.0)

@@ -122,6 +122,6 @@ def pick_compiled_missing(x: jax.Array, compiled: bool) -> jax.Array:
     return (fx.jit(scaled) if compiled else noisy)(x)  # E: effax-undeclared
 
 
-# case: conditional callee at module level under one handler
+# case: conditional callee at module level under one handler (a limit before issue 42: now reported from the calls of its `with` statement)
 with temperature.provide(jnp.float32(1.0)):
-    y_pick = (scaled if bool(jnp.ones(()) > 0) else noisy)(jnp.ones(3))  # limit: a conditional callee at module level
+    y_pick = (scaled if bool(jnp.ones(()) > 0) else noisy)(jnp.ones(3))  # E: effax-unhandled: "this call" performs effect "noise"
