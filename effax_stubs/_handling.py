@@ -11,6 +11,7 @@ from mypy.nodes import (
     Decorator,
     DictExpr,
     Expression,
+    FuncDef,
     FuncItem,
     ListExpr,
     MemberExpr,
@@ -79,18 +80,36 @@ class Handling(Scope):
         return None
 
     def intercepts(self, expr: Expression) -> bool:
-        """Whether `expr` holds an `effax.Interceptor` (by its type)."""
+        """Whether `expr` holds an `effax.Interceptor` (by its type; a subclass too)."""
         info = self.instance_class(expr)
-        return info is not None and effax_name(info.fullname) == "Interceptor"
+        return info is not None and _interceptor_class(info)
 
     def interceptor(self, expr: Expression, depth: int = 0) -> CallExpr | None:
-        """The `effax.intercept(...)` call `expr` evaluates to, where plain to see."""
+        """The call making the interceptor `expr` evaluates to, where plain to see:
+        `effax.intercept(...)`, or constructing an `effax.Interceptor` subclass."""
         if depth > 20:
             return None
         if isinstance(expr, CallExpr):
-            return expr if effax_name(callee_fullname(expr.callee)) == "intercept" else None
+            if effax_name(callee_fullname(expr.callee)) == "intercept":
+                return expr
+            return expr if self.interceptor_class(expr) is not None else None
         value = self.value_of(expr)
         return self.interceptor(value, depth + 1) if value is not None else None
+
+    def interceptor_class(self, call: CallExpr) -> TypeInfo | None:
+        """The user's `effax.Interceptor` subclass that `call` constructs, if it does."""
+        info = self.constructed(call.callee)
+        return info if info is not None and _interceptor_class(info) else None
+
+    def operation_methods(self, info: TypeInfo, operations: Row) -> list[Decorator | FuncDef]:
+        """The methods of the user's interceptor class `info` named as `operations`."""
+        found: list[Decorator | FuncDef] = []
+        for name in sorted(operations):
+            symbol = info.get(name)
+            node = symbol.node if symbol is not None else None
+            if isinstance(node, Decorator | FuncDef) and not node.fullname.startswith("effax."):
+                found.append(node)
+        return found
 
     def intercepted(self, call: CallExpr) -> Declaration | None:
         """The effect an `effax.intercept(effect, ...)` call intercepts."""
@@ -101,13 +120,25 @@ class Handling(Scope):
         """Whether the interceptor `call` makes answers every operation of its effect
         with a function that never calls `outer` (its first parameter): then it
         handles the effect by itself, as run time does (no handler outside needed)."""
-        effect = function_argument(call)
-        info = self.instance_class(effect) if effect is not None else None
-        operations = effect_operations(info) if info is not None else frozenset()
+        operations = self.operations_of(call)
+        subclass = self.interceptor_class(call)
+        if subclass is not None:  # its methods, which forward with `self.outer()`
+            methods = self.operation_methods(subclass, operations)
+            return (
+                bool(operations)
+                and len(methods) == len(operations)
+                and not any(_calls_outer(method) for method in methods)
+            )
         given = {name: arg for name, arg in zip(call.arg_names, call.args, strict=True) if name}
         return bool(operations) and all(
             name in given and _ignores_outer(given[name]) for name in operations
         )
+
+    def operations_of(self, call: CallExpr) -> Row:
+        """The operations of the effect an interceptor-making `call` is given."""
+        effect = function_argument(call)
+        info = self.instance_class(effect) if effect is not None else None
+        return effect_operations(info) if info is not None else frozenset()
 
     def forwarded(self, expr: Expression) -> Row:
         """The effect an interceptor `expr` forwards to the handler outside it."""
@@ -197,6 +228,15 @@ class Handling(Scope):
             info = self.instance_class(callee.expr)
             return info is not None and foreign_class(info)
         return False
+
+
+def _interceptor_class(info: TypeInfo) -> bool:
+    return any(effax_name(base.fullname) == "Interceptor" for base in info.mro)
+
+
+def _calls_outer(method: Decorator | FuncDef) -> bool:
+    function = method.func if isinstance(method, Decorator) else method
+    return any(isinstance(n, MemberExpr) and n.name == "outer" for n in descendants(function.body))
 
 
 def _ignores_outer(function: Expression) -> bool:

@@ -286,25 +286,18 @@ class Analysis(Handling):
         they are written nor under the performer's row."""
         found: set[str] = set()
         interceptor = self.interceptor(expr)
-        if interceptor is not None:
-            for name, function in zip(interceptor.arg_names, interceptor.args, strict=True):
-                if name is not None:
-                    found |= self.code_row(function)
-            return frozenset(found)
-        # a subclass of `effax.Interceptor` of the user's, `Clipped(meter, ())`: its
-        # methods named as the operations of the effect it is given answer them
-        call = expr if isinstance(expr, CallExpr) else self.value_of(expr)
-        info = self.constructed(call.callee) if isinstance(call, CallExpr) else None
-        if info is None or not any(effax_name(b.fullname) == "Interceptor" for b in info.mro):
+        if interceptor is None:
             return frozenset()
-        assert isinstance(call, CallExpr)
-        effect = function_argument(call)
-        effect_info = self.instance_class(effect) if effect is not None else None
-        for name in effect_operations(effect_info) if effect_info is not None else ():
-            symbol = info.get(name)
-            node = symbol.node if symbol is not None else None
-            if isinstance(node, Decorator | FuncDef) and not node.fullname.startswith("effax."):
-                found |= self.code_row(node)
+        subclass = self.interceptor_class(interceptor)
+        if subclass is not None:
+            # a subclass of `effax.Interceptor` of the user's, `Clipped(meter, ())`: its
+            # methods named as the operations of the effect it is given answer them
+            for method in self.operation_methods(subclass, self.operations_of(interceptor)):
+                found |= self.code_row(method)
+            return frozenset(found)
+        for name, function in zip(interceptor.arg_names, interceptor.args, strict=True):
+            if name is not None:
+                found |= self.code_row(function)
         return frozenset(found)
 
     def code_row(self, function: Expression | Decorator | FuncDef) -> Row:

@@ -179,3 +179,27 @@ def installs_a_subclass() -> float:
     counting = Counting(temperature, ())
     with counting:  # E: effax-undeclared: "counting" performs effect "steps"
         return scaled(1.0)
+
+
+# case: an Interceptor subclass forwards: alone it handles nothing, unless it answers alone
+class Doubling(fx.Interceptor[fx.Ask[float]]):
+    def ask(self) -> float:
+        outer = self.outer()
+        assert isinstance(outer, fx.Provider)
+        return 2 * float(outer.ask())
+
+
+class Constant(fx.Interceptor[fx.Ask[float]]):
+    def ask(self) -> float:
+        return 3.0
+
+
+with Doubling(temperature, ()):
+    scaled(1.0)  # E: effax-unhandled: "scaled" performs effect "temperature"
+with temperature.provide(1.0), Doubling(temperature, ()):
+    scaled(1.0)
+with Constant(temperature, ()):
+    scaled(1.0)
+doubling = Doubling(chatty, ())
+with doubling:
+    chatty.ask()  # E: effax-unhandled: Effect "chatty"
