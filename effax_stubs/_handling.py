@@ -29,6 +29,7 @@ from ._names import (
     CONTAINERS,
     FOREIGN_PACKAGES,
     HANDLER_MAKERS,
+    METADATA,
     STORING,
     Row,
     callee_fullname,
@@ -38,9 +39,9 @@ from ._names import (
     is_handler_maker,
 )
 from ._scope import Scope
-from ._tree import descendants, foreign_class
+from ._tree import calls_outer, descendants, foreign_class, has_body
 
-__all__ = ["Handling"]
+__all__ = ["Handling", "forwards", "is_interceptor_class"]
 
 
 class Handling(Scope):
@@ -82,7 +83,7 @@ class Handling(Scope):
     def intercepts(self, expr: Expression) -> bool:
         """Whether `expr` holds an `effax.Interceptor` (by its type; a subclass too)."""
         info = self.instance_class(expr)
-        return info is not None and _interceptor_class(info)
+        return info is not None and is_interceptor_class(info)
 
     def interceptor(self, expr: Expression, depth: int = 0) -> CallExpr | None:
         """The call making the interceptor `expr` evaluates to, where plain to see:
@@ -99,7 +100,7 @@ class Handling(Scope):
     def interceptor_class(self, call: CallExpr) -> TypeInfo | None:
         """The user's `effax.Interceptor` subclass that `call` constructs, if it does."""
         info = self.constructed(call.callee)
-        return info if info is not None and _interceptor_class(info) else None
+        return info if info is not None and is_interceptor_class(info) else None
 
     def operation_methods(self, info: TypeInfo, operations: Row) -> list[Decorator | FuncDef]:
         """The methods of the user's interceptor class `info` named as `operations`."""
@@ -123,12 +124,7 @@ class Handling(Scope):
         operations = self.operations_of(call)
         subclass = self.interceptor_class(call)
         if subclass is not None:  # its methods, which forward with `self.outer()`
-            methods = self.operation_methods(subclass, operations)
-            return (
-                bool(operations)
-                and len(methods) == len(operations)
-                and not any(_calls_outer(method) for method in methods)
-            )
+            return bool(operations) and not any(forwards(subclass, op) for op in operations)
         given = {name: arg for name, arg in zip(call.arg_names, call.args, strict=True) if name}
         return bool(operations) and all(
             name in given and _ignores_outer(given[name]) for name in operations
@@ -230,13 +226,28 @@ class Handling(Scope):
         return False
 
 
-def _interceptor_class(info: TypeInfo) -> bool:
+def is_interceptor_class(info: TypeInfo) -> bool:
+    """Whether `info` is `effax.Interceptor` or a subclass of it."""
     return any(effax_name(base.fullname) == "Interceptor" for base in info.mro)
 
 
-def _calls_outer(method: Decorator | FuncDef) -> bool:
-    function = method.func if isinstance(method, Decorator) else method
-    return any(isinstance(n, MemberExpr) and n.name == "outer" for n in descendants(function.body))
+def forwards(info: TypeInfo, operation: str) -> bool:
+    """Whether the user's interceptor class `info` forwards `operation` to the handler
+    outside it: it defines no method of that name, or that method calls `outer`
+    (read from the class's metadata, recorded where mypy analysed it)."""
+    for base in info.mro:
+        if base.fullname.startswith("effax."):
+            return True
+        recorded = base.metadata.get(METADATA, {}).get("forwards")
+        if isinstance(recorded, dict) and operation in recorded:
+            return bool(recorded[operation])
+        symbol = base.names.get(operation)
+        node = symbol.node if symbol is not None else None
+        if isinstance(node, Decorator):
+            node = node.func
+        if isinstance(node, FuncDef):
+            return calls_outer(node)
+    return True
 
 
 def _ignores_outer(function: Expression) -> bool:
@@ -245,7 +256,9 @@ def _ignores_outer(function: Expression) -> bool:
     written: object = function.node if isinstance(function, RefExpr) else function
     if isinstance(written, Decorator):
         written = written.func
-    if not isinstance(written, FuncItem) or not written.arguments:
+    if not isinstance(written, FuncItem) or not has_body(written):
+        return False  # (a body mypy freed, or loaded from its cache: not known)
+    if not written.arguments:
         return False
     outer = written.arguments[0].variable
     return not any(isinstance(n, NameExpr) and n.node is outer for n in descendants(written.body))

@@ -47,7 +47,7 @@ from ._names import (
     keyword,
 )
 from ._report import describe
-from ._tree import is_uses, transparent
+from ._tree import has_body, is_uses, transparent
 from ._walker import Walker
 
 __all__ = ["Analysis", "decorated_with_row"]
@@ -315,7 +315,7 @@ class Analysis(Handling):
         module = self.modules.get(node.info.module_name if node.info else node.fullname)
         if module is None:
             module = self.modules.get(node.fullname.rpartition(".")[0])
-        if module is None or module.is_cache_skeleton or node.is_property:
+        if module is None or module.is_cache_skeleton or node.is_property or not has_body(node):
             return frozenset()
         return Analysis(self.modules, node, node.body.body).demand_of(node)
 

@@ -53,7 +53,10 @@ __all__ = [
     "blocks_of",
     "children_of",
     "descendants",
+    "calls_outer",
     "effect_operations_in",
+    "forwarding_methods",
+    "has_body",
     "foreign_class",
     "index_of",
     "is_uses",
@@ -316,3 +319,31 @@ def effect_operations_in(defn: ClassDef, inherited: frozenset[str]) -> frozenset
         if not new:
             return frozenset(found)
         found |= new
+
+
+def forwarding_methods(defn: ClassDef) -> dict[str, bool]:
+    """The methods a forwarding handler class (an `effax.Interceptor` subclass)
+    defines, each with whether it forwards: whether it calls `outer`."""
+    found: dict[str, bool] = {}
+    for statement in defn.defs.body:
+        function = statement.func if isinstance(statement, Decorator) else statement
+        if isinstance(function, FuncDef):
+            found[function.name] = calls_outer(function)
+    return found
+
+
+def calls_outer(function: FuncItem) -> bool:
+    """Whether `function`'s body reads an `outer` attribute (`self.outer()`); True
+    where its body is gone (mypy frees the bodies of modules it has checked)."""
+    if not has_body(function):
+        return True
+    return any(isinstance(n, MemberExpr) and n.name == "outer" for n in descendants(function.body))
+
+
+def has_body(function: FuncItem) -> bool:
+    """Whether `function`'s syntax tree is there: mypy frees the bodies of modules it
+    has checked, and loads definitions from its cache without them (nor arguments)."""
+    try:
+        return bool(function.body.body) and isinstance(function.arguments, list)
+    except AttributeError:
+        return False

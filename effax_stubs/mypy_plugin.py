@@ -91,6 +91,7 @@ from mypy.plugins.functools import partial_call_callback, partial_new_callback
 from mypy.types import CallableType, TupleType, Type, get_proper_type
 
 from ._calls import check_function, check_module, scope_stack
+from ._handling import is_interceptor_class
 from ._marks import (
     DEFAULT,
     EFFECT,
@@ -122,7 +123,7 @@ from ._names import (
 )
 from ._report import DEBUG_VARIABLE, HANDLER_TYPE, UNDECLARED, UNHANDLED
 from ._rows import Analysis, decorated_with_row
-from ._tree import effect_operations_in, index_of
+from ._tree import effect_operations_in, forwarding_methods, index_of
 from ._values import check_value
 
 __all__ = ["HANDLER_TYPE", "SUPPORTED_MYPY", "UNDECLARED", "UNHANDLED", "EffaxPlugin", "plugin"]
@@ -215,7 +216,21 @@ class EffaxPlugin(Plugin):
         """A user-defined effect class: record its operations in its metadata."""
         if effax_name(fullname) == "Effect" or self._user_effect(fullname) is not None:
             return self._effect_class
+        if effax_name(fullname) == "Interceptor" or self._user_interceptor(fullname):
+            return self._interceptor_class
         return None
+
+    def _user_interceptor(self, fullname: str) -> bool:
+        """Whether `fullname` names a subclass of `effax.Interceptor` of the user's."""
+        if fullname.startswith(_NOT_USER_CODE):
+            return False
+        try:
+            node = self._lookup(fullname)
+            return isinstance(node, TypeInfo) and is_interceptor_class(node)
+        except Exception:
+            if self._debug:
+                raise
+        return False
 
     def _lookup(self, fullname: str) -> SymbolNode | None:
         if "." not in fullname:
@@ -455,6 +470,16 @@ class EffaxPlugin(Plugin):
             inherited = frozenset().union(*(effect_operations(b) for b in info.mro[1:]))
             operations = effect_operations_in(ctx.cls, inherited)
             info.metadata[METADATA] = {"operations": sorted(operations)}
+
+        self._guarded(record)
+
+    def _interceptor_class(self, ctx: ClassDefContext) -> None:
+        """A forwarding handler of the user's: record which of its methods forward
+        (call `self.outer()`), for other modules (mypy frees their bodies)."""
+
+        def record() -> None:
+            info = ctx.cls.info
+            info.metadata[METADATA] = {"forwards": forwarding_methods(ctx.cls)}
 
         self._guarded(record)
 
