@@ -21,6 +21,7 @@ from mypy.plugin import CheckerPluginInterface
 from ._names import Row
 from ._report import UNDECLARED, UNHANDLED, short, subject
 from ._rows import Analysis
+from ._scope import triggered
 from ._tree import descendants, index_of, is_uses
 from ._walker import Walker, hooked
 
@@ -140,7 +141,10 @@ def check_module(
         return
     row, who = performed
     # an Ask with a default needs no handler: `ask()` answers the default
-    report_unhandled(api, call, walked.analysis.unanswered(row - handled, handled), who)
+    unanswered = walked.analysis.unanswered
+    report_unhandled(api, call, unanswered(row - handled, handled), who)
+    for missing, code in triggered(row, handled):  # interceptors' code this triggers
+        report_unhandled(api, call, unanswered(missing, handled), code)
 
 
 def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
@@ -148,9 +152,9 @@ def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
     pending: dict[int, list[tuple[Expression, Row, str | None]]] = {}
 
     def defer(node: Context, missing: Row, who: str | None) -> None:
-        # a call without a hook, or a handler's code: report it from the hooks of the
-        # calls inside it, or else of those in its `with` statement (not now: the walk
-        # may run while mypy discards errors, in a trial inference)
+        # a call without a hook: report it from the hooks of the calls inside it and
+        # of those in its `with` statement (not now: the walk may run while mypy
+        # discards errors, in a trial inference)
         assert isinstance(node, Expression)
         missing = analysis.unanswered(missing, walker.handled or frozenset())
         inner = [*calls_in(node), *(calls_in(walker.anchor) if walker.anchor else ())]

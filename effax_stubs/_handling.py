@@ -136,6 +136,12 @@ class Handling(Scope):
         info = self.instance_class(effect) if effect is not None else None
         return effect_operations(info) if info is not None else frozenset()
 
+    def intercepted_by(self, expr: Expression) -> Row:
+        """The effect the interceptor `expr` intercepts (none where it is not one)."""
+        interceptor = self.interceptor(expr)
+        declaration = self.intercepted(interceptor) if interceptor is not None else None
+        return frozenset({declaration.fullname}) if declaration is not None else frozenset()
+
     def forwarded(self, expr: Expression) -> Row:
         """The effect an interceptor `expr` forwards to the handler outside it."""
         interceptor = self.interceptor(expr)

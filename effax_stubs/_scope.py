@@ -31,11 +31,37 @@ from ._marks import Declaration, declaration_in, declaration_of_type
 from ._names import Row, callee_fullname
 from ._tree import Locals, binding_in_module, index_of
 
-__all__ = ["FORWARDED", "Scope"]
+__all__ = ["FORWARDED", "Scope", "trigger", "triggered", "triggered_effect"]
 
 # In a set of handled effects: an interceptor of the effect named after it is
 # installed with no handler of it outside (never an effect's name: it has a space)
 FORWARDED: Final = "forwarded to nothing: "
+# In a set of handled effects: an interceptor of the first effect is installed whose
+# code performs the second, which no handler outside it handles (`trigger`)
+_TRIGGER: Final = "effax-trigger\x00"
+
+
+def trigger(intercepted: str, missing: str, who: str) -> str:
+    """The mark of an interceptor of `intercepted` (described as `who`) whose code
+    performs `missing` with nothing outside it to handle it."""
+    return f"{_TRIGGER}{intercepted}\x00{missing}\x00{who}"
+
+
+def triggered_effect(mark: str) -> str | None:
+    """The effect whose operations trigger the interceptor `mark` is about, or None."""
+    return mark.split("\x00")[1] if mark.startswith(_TRIGGER) else None
+
+
+def triggered(row: Row, handled: Row) -> list[tuple[Row, str]]:
+    """What the interceptors' code around performs and nothing handles, where
+    performing `row` reaches them: (the effects, who performs them) for each one."""
+    found: dict[str, set[str]] = {}
+    for mark in handled:
+        if mark.startswith(_TRIGGER):
+            _, intercepted, missing, who = mark.split("\x00")
+            if intercepted in row:
+                found.setdefault(who, set()).add(missing)
+    return [(frozenset(missing), who) for who, missing in sorted(found.items())]
 
 
 class Scope:

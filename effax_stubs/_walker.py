@@ -46,7 +46,7 @@ from ._names import (
     function_argument,
 )
 from ._report import Sink, describe
-from ._scope import FORWARDED
+from ._scope import FORWARDED, trigger, triggered, triggered_effect
 from ._tree import children_of, descendants, is_uses, unpacked
 
 if TYPE_CHECKING:
@@ -224,24 +224,27 @@ class Walker:
             ):
                 self.handled = None  # the optional-effect pattern, as `try`/`except`
             for layer in self.analysis.layers(expr):
-                self.install(expr, layer)
+                self.install(layer)
         self.visit(node.body)
         self.handled, self.anchor = outer, anchor
 
-    def install(self, item: Expression, layer: Expression) -> None:
-        """Install the handler `layer` (of the `with` item `item`): its code (an
+    def install(self, layer: Expression) -> None:
+        """Install the handler `layer` (one of a `with` item's): its code (an
         interceptor's functions) runs under the handlers outside it."""
         if self.handled is None:
             return
-        code = self.analysis.handler_code(layer)
-        if code - self.handled:
-            self.sink(item, code - self.handled, describe(layer))
+        # what its code performs and nothing outside handles: reported where an
+        # operation it intercepts is performed under it (where run time raises)
+        code = self.analysis.handler_code(layer) - self.handled
+        intercepted = self.analysis.intercepted_by(layer) if code else frozenset()
+        triggers = {trigger(e, m, describe(layer)) for e in intercepted for m in code}
         row = self.analysis.installed(layer)
         if row is None:
             self.handled = None
             return
         forwarded = self.analysis.forwarded(layer) - self.handled
-        self.handled = self.handled | row | {FORWARDED + name for name in forwarded}
+        kept = {mark for mark in self.handled if triggered_effect(mark) not in row}
+        self.handled = frozenset(kept) | row | triggers | {FORWARDED + e for e in forwarded}
 
     def visit_call(self, node: CallExpr) -> None:
         name = effax_name(callee_fullname(node.callee))
@@ -276,6 +279,8 @@ class Walker:
             row, who = performed
             missing = row - self.handled
             if missing:
+                self.sink(node, missing, who)
+            for missing, who in triggered(row, self.handled):
                 self.sink(node, missing, who)
         callee = node.callee
         if isinstance(callee, MemberExpr) and callee.name in (

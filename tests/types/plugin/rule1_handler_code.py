@@ -36,20 +36,20 @@ with steps.init(0), temperature.provide(1.0):
 
 # case: an interceptor's lambda performs an effect no handler outside it handles
 with temperature.provide(1.0):
-    with fx.intercept(temperature, ask=lambda outer: outer.ask() + steps.get()):  # E: effax-unhandled: "steps"
-        scaled(2.0)
+    with fx.intercept(temperature, ask=lambda outer: outer.ask() + steps.get()):
+        scaled(2.0)  # E: effax-unhandled: "steps"
 
 
 # case: the handler is inside the interceptor, not outside it
 with temperature.provide(1.0):
-    with fx.intercept(temperature, ask=lambda outer: outer.ask() + steps.get()):  # E: effax-unhandled
+    with fx.intercept(temperature, ask=lambda outer: outer.ask() + steps.get()):
         with steps.init(0):
-            scaled(2.0)
+            scaled(2.0)  # E: effax-unhandled
 
 
 # case: a function of the module as an interceptor's function, outside a handler
-with temperature.provide(1.0), counted:  # E: effax-unhandled: "steps"
-    scaled(2.0)
+with temperature.provide(1.0), counted:
+    scaled(2.0)  # E: effax-unhandled: "steps"
 
 
 # case: a function of the module as an interceptor's function, under its handler
@@ -58,15 +58,15 @@ with steps.init(0), temperature.provide(1.0), counted:
 
 
 # case: a function with a row as an interceptor's function
-with temperature.provide(1.0), fx.intercept(temperature, ask=counting_with_a_row):  # E: effax-unhandled
-    scaled(2.0)
+with temperature.provide(1.0), fx.intercept(temperature, ask=counting_with_a_row):
+    scaled(2.0)  # E: effax-unhandled
 
 
 # case: installed inside a function with a row: its row is what is outside
 @fx.uses(temperature)
 def installs_inside() -> float:
-    with counted:  # E: effax-undeclared: "steps"
-        return scaled(2.0)
+    with counted:
+        return scaled(2.0)  # E: effax-undeclared: "steps"
 
 
 # case: installed inside a function whose row holds what its code performs
@@ -91,8 +91,8 @@ def installer() -> float:
 # case: in a bundle, handlers before the interceptor are outside it
 with temperature.provide(1.0), fx.handlers(steps.init(0), counted):
     scaled(2.0)
-with temperature.provide(1.0), fx.handlers(counted, steps.init(0)):  # E: effax-unhandled
-    scaled(2.0)
+with temperature.provide(1.0), fx.handlers(counted, steps.init(0)):
+    scaled(2.0)  # E: effax-unhandled
 
 
 # case: given to effax.handle: its code runs where the handled function is called
@@ -106,8 +106,8 @@ with steps.init(0):
 @fx.uses(temperature)
 def held_in_a_variable() -> float:
     counter = fx.intercept(temperature, ask=lambda outer: outer.ask() * steps.get())
-    with counter:  # E: effax-undeclared
-        return scaled(2.0)
+    with counter:
+        return scaled(2.0)  # E: effax-undeclared
 
 
 # case: an interceptor of an Ask with a default and no handler outside it
@@ -151,8 +151,8 @@ with fx.intercept(steps, get=lambda outer: 3, set=lambda outer, v: None, modify=
 @fx.jit
 @fx.uses(temperature)
 def compiled(x: jax.Array) -> jax.Array:
-    with fx.intercept(temperature, ask=lambda outer: outer.ask() + steps.get()):  # E: effax-undeclared: "steps"
-        return x * temperature.ask()
+    with fx.intercept(temperature, ask=lambda outer: outer.ask() + steps.get()):
+        return x * temperature.ask()  # E: effax-undeclared: "steps"
 
 
 with temperature.provide(1.0), steps.init(0):
@@ -168,8 +168,8 @@ class Counting(fx.Interceptor[fx.Ask[float]]):
         return float(outer.ask())
 
 
-with temperature.provide(1.0), Counting(temperature, ()):  # E: effax-unhandled: "Counting(...)" performs effect "steps"
-    scaled(1.0)
+with temperature.provide(1.0), Counting(temperature, ()):
+    scaled(1.0)  # E: effax-unhandled: "Counting(...)" performs effect "steps"
 with steps.init(0), temperature.provide(1.0), Counting(temperature, ()):
     scaled(1.0)
 
@@ -177,8 +177,8 @@ with steps.init(0), temperature.provide(1.0), Counting(temperature, ()):
 @fx.uses(temperature)
 def installs_a_subclass() -> float:
     counting = Counting(temperature, ())
-    with counting:  # E: effax-undeclared: "counting" performs effect "steps"
-        return scaled(1.0)
+    with counting:
+        return scaled(1.0)  # E: effax-undeclared: "counting" performs effect "steps"
 
 
 # case: an Interceptor subclass forwards: alone it handles nothing, unless it answers alone
@@ -203,3 +203,13 @@ with Constant(temperature, ()):
 doubling = Doubling(chatty, ())
 with doubling:
     chatty.ask()  # E: effax-unhandled: Effect "chatty"
+
+
+# case: an interceptor's code runs only where an operation it intercepts reaches it
+with fx.intercept(temperature, ask=lambda outer: outer.ask() + steps.get()):
+    nothing_performed = 1.0
+with fx.intercept(temperature, ask=lambda outer: outer.ask() + steps.get()):
+    with temperature.provide(1.0):
+        scaled(2.0)  # the provider inside answers: the interceptor's code does not run
+with fx.intercept(temperature, ask=lambda outer: outer.ask() + steps.get()), temperature.provide(1.0):
+    steps.init(0)

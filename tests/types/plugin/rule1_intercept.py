@@ -75,8 +75,8 @@ with steps.init(0), log.collect(), counting:
 # case: the same inside a function with a row: its row is what is outside the interceptor (round 4; silent before)
 @fx.uses(log)
 def counted() -> None:
-    with fx.intercept(log, emit=lambda outer, v: (steps.set(1), outer.emit(v))[1]):  # E: effax-undeclared: "effax.intercept(...)" performs effect "steps"
-        log.emit(1.0)
+    with fx.intercept(log, emit=lambda outer, v: (steps.set(1), outer.emit(v))[1]):
+        log.emit(1.0)  # E: effax-undeclared: "effax.intercept(...)" performs effect "steps"
 
 
 # case: the same inside a function whose row holds what the interceptor performs
