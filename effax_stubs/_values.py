@@ -7,6 +7,7 @@ from typing import Final
 
 from mypy.nodes import (
     CallExpr,
+    Context,
     FuncItem,
     MemberExpr,
     MypyFile,
@@ -56,22 +57,20 @@ def check_value(ctx: MethodContext, modules: Mapping[str, MypyFile]) -> None:
     kind, method = declaration.kind, call.callee.name
     effect = f'{kind} "{short(declaration.fullname)}"'
     problem: str | None = None
+    where: Context = call  # reported where run time raises
+    text = (kind == "State" or declaration.static is False) and is_text(value)
+    if text and receiver.args and is_text(receiver.args[0]):
+        # declared to hold text (`Ask[str]`, `State[str]`), eager code may use it as
+        # such: only a compiled call performing it under this handler refuses it, there
+        compiled = reaches_compiled(ctx.api, modules, call, declaration.fullname)
+        text, where = compiled is not None, compiled or call
     if kind == "Ask" and declaration.static and not is_hashable(ctx.api, value):
         problem = (
             f"{effect} is static, so its value is hashed into the jit cache key, but "
             f'"{method}" is given an unhashable "{type_name(value)}"; pass a hashable '
             "value (a tuple, a frozen dataclass) or declare it with static=False"
         )
-    elif (
-        (kind == "State" or declaration.static is False)
-        and is_text(value)
-        # declared to hold text (`Ask[str]`, `State[str]`), eager code may use it as
-        # such: only a compiled call performing it under this handler refuses it
-        and (
-            not (receiver.args and is_text(receiver.args[0]))
-            or reaches_compiled(ctx.api, modules, call, declaration.fullname)
-        )
-    ):
+    elif text:
         problem = (
             f"{effect} is traced, so its value crosses jax.jit as an array, but "
             f'"{method}" is given a "{type_name(value)}"'
@@ -87,15 +86,15 @@ def check_value(ctx: MethodContext, modules: Mapping[str, MypyFile]) -> None:
                 f"traced region; initialise it with a {type_name(declared)}"
             )
     if problem is not None:
-        ctx.api.fail(problem, call, code=HANDLER_TYPE)
+        ctx.api.fail(problem, where, code=HANDLER_TYPE)
 
 
 def reaches_compiled(
     api: CheckerPluginInterface, modules: Mapping[str, MypyFile], call: CallExpr, effect: str
-) -> bool:
-    """Whether the handler made by `call` is installed (`with call:`, or given to
-    `effax.handle(..., transform=...)`) around a compiled call that performs
-    `effect`, where that is plain to see in the same scope."""
+) -> CallExpr | None:
+    """The compiled call performing `effect` that the handler made by `call` is
+    installed around (`with call:`, or given to `effax.handle(..., transform=...)`),
+    where that is plain to see in the same scope."""
     stack = scope_stack(api)
     scope = stack[-1] if stack else None
     if isinstance(scope, MypyFile):
@@ -104,24 +103,22 @@ def reaches_compiled(
     elif isinstance(scope, FuncItem):
         body, root = scope.body.body, scope
     else:
-        return False
+        return None
     analysis = Analysis(modules, root, body)
     for statement in body:
         for node in (statement, *descendants(statement)):
             if isinstance(node, WithStmt) and any(e is call for e in node.expr):
-                return any(
-                    _compiled_call(analysis, inner, effect)
-                    for inner in descendants(node.body)
-                    if isinstance(inner, CallExpr)
-                )
+                inner = (n for n in descendants(node.body) if isinstance(n, CallExpr))
+                return next((n for n in inner if _compiled_call(analysis, n, effect)), None)
             if (
                 isinstance(node, CallExpr)
                 and effax_name(callee_fullname(node.callee)) == "handle"
                 and any(a is call for a in node.args)
             ):
                 row = analysis.row_of(node.args[0]) if node.args else None
-                return keyword(node, "transform") is not None and effect in (row or ())
-    return False
+                compiled = keyword(node, "transform") is not None and effect in (row or ())
+                return node if compiled else None
+    return None
 
 
 def _compiled_call(analysis: Analysis, call: CallExpr, effect: str) -> bool:

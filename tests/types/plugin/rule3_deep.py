@@ -55,6 +55,6 @@ fx.handle(show, mode.provide("eval"))()
 
 
 # case: a str for a traced Ask[str] that a compiled call performs
-with mode.provide("train"):  # E: effax-handler-type: Ask "mode" is traced
-    fx.jit(show)()
+with mode.provide("train"):
+    fx.jit(show)()  # E: effax-handler-type: Ask "mode" is traced
 fx.handle(show, mode.provide("eval"), transform=jax.jit)()  # E: effax-handler-type

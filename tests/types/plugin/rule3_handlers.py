@@ -24,13 +24,13 @@ static_mode.provide("fast")
 config.provide((1, "a"))
 
 # case: a traced Ask cannot carry text into a compiled call
-with traced_mode.provide("fast"):  # E: effax-handler-type: Ask "traced_mode" is traced, so its value crosses jax.jit as an array, but "provide" is given a "str"; declare it with static=True
-    fx.jit(lambda: len(traced_mode.ask()))()
+with traced_mode.provide("fast"):
+    fx.jit(lambda: len(traced_mode.ask()))()  # E: effax-handler-type: Ask "traced_mode" is traced, so its value crosses jax.jit as an array, but "provide" is given a "str"; declare it with static=True
 fx.handle(lambda: traced_mode.ask(), traced_mode.provide("x"), transform=jax.jit)()  # E: effax-handler-type
 
 # case: a State cannot carry text into a compiled call
-with name.init("x"):  # E: effax-handler-type: State "name" is traced
-    fx.jit(lambda: len(name.get()))()
+with name.init("x"):
+    fx.jit(lambda: len(name.get()))()  # E: effax-handler-type: State "name" is traced
 fx.handle(lambda: name.get(), name.init("y"), transform=jax.jit)()  # E: effax-handler-type
 
 

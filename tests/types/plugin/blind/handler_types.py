@@ -124,8 +124,8 @@ levels_bad = annotated_levels.provide([1, 2])  # E: effax-handler-type
 # (issue 28 narrowed this rule: an `Ask[str]` given a str and used eagerly is legal)
 @fx.uses()
 def traced_str() -> None:
-    with label.provide("run-1"):  # E: effax-handler-type
-        fx.jit(lambda: len(label.ask()))()
+    with label.provide("run-1"):  # (marked here before issue 42: now reported on the compiled call, where run time raises)
+        fx.jit(lambda: len(label.ask()))()  # E: effax-handler-type
 
 
 # case: str for a traced Ask[str] used eagerly only

@@ -130,8 +130,8 @@ def update(g: jax.Array) -> jax.Array:
     return -0.1 * g if optimizer_name.ask() == "sgd" else -0.01 * jnp.sign(g)
 
 
-with optimizer_name.provide("sgd"):  # E: effax-handler-type
-    update(jnp.ones(3))
+with optimizer_name.provide("sgd"):  # (marked here before issue 42: now reported on the compiled call, where run time raises)
+    update(jnp.ones(3))  # E: effax-handler-type
 
 
 # case: logging outside the row
