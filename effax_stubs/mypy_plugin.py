@@ -72,6 +72,7 @@ from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
     CallExpr,
+    LambdaExpr,
     MypyFile,
     NameExpr,
     OverloadedFuncDef,
@@ -264,8 +265,10 @@ class EffaxPlugin(Plugin):
             if isinstance(node, OverloadedFuncDef):  # an overload, or a property's setter
                 items = [node.impl] if node.impl is not None else node.items
                 return any(decorated_with_row(item) for item in items)
-            if isinstance(node, Var):
-                return row_of_type(node.type) is not None
+            if isinstance(node, Var):  # a function with a row, or a lambda of the module
+                return row_of_type(node.type) is not None or isinstance(
+                    Analysis(self._module_map(), None, []).module_binding(node), LambdaExpr
+                )
             return decorated_with_row(node)
         except Exception:
             if self._debug:

@@ -1,6 +1,8 @@
 """Rule 2 (round 4): default values of parameters run where the `def` (or the
 `lambda`) runs, not where the function is called."""
 
+from collections.abc import Callable
+
 import effax as fx
 from mylib import scaled, steps, temperature
 
@@ -81,3 +83,10 @@ callbacks: list[object] = []
 # case: defaults that perform nothing
 def plain(x: float = 1.0, y: tuple[int, ...] = ()) -> float:
     return x + len(y)
+
+
+# case: a lambda held in a module-level variable, called at module level
+ask_later: Callable[[], float] = lambda: temperature.ask()
+ask_later()  # E: effax-unhandled: "ask_later" performs effect "temperature"
+with temperature.provide(1.0):
+    ask_later()
