@@ -152,12 +152,13 @@ def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
     pending: dict[int, list[tuple[Expression, Row, str | None]]] = {}
 
     def defer(node: Context, missing: Row, who: str | None) -> None:
-        # a call without a hook: report it from the hooks of the calls inside it and
-        # of those in its `with` statement (not now: the walk may run while mypy
-        # discards errors, in a trial inference)
+        # a call without a hook: report it from the hooks of the calls inside it, of
+        # those in its `with` statement and of those it is an argument of (not now:
+        # the walk may run while mypy discards errors, in a trial inference)
         assert isinstance(node, Expression)
         missing = analysis.unanswered(missing, walker.handled or frozenset())
-        inner = [*calls_in(node), *(calls_in(walker.anchor) if walker.anchor else ())]
+        anchor = calls_in(walker.anchor) if walker.anchor else ()
+        inner = [*calls_in(node), *anchor, *walker.enclosing]
         for call in inner:  # (mypy reports the same error on a line once)
             pending.setdefault(id(call), []).append((node, missing, who))
 

@@ -13,6 +13,7 @@ from mypy.nodes import (
     Decorator,
     Expression,
     FuncDef,
+    LambdaExpr,
     ListExpr,
     RefExpr,
     TupleExpr,
@@ -32,6 +33,8 @@ __all__ = [
     "HANDLER_CLASSES",
     "HANDLER_MAKERS",
     "KINDS",
+    "OPERANDS",
+    "lambda_arguments",
     "MAKERS",
     "OPERATIONS",
     "EFFAX_NNX",
@@ -107,6 +110,48 @@ PERFORMING: Final = {
     "switch": ((1,), ("branches",)),
     "map": ((0,), ("f",)),
 }
+
+
+# where control flow (effax's, its NNX twins', JAX's: one signature) takes the values
+# its functions are called with: (the first operand's position, or None; the carry's
+# position for a loop body; for each function's position, what its parameters get:
+# "operands" (all of them), "carry" (the one), or "index, carry")
+OPERANDS: Final = {
+    "cond": {1: "operands", 2: "operands"},
+    "switch": {1: "operands"},
+    "fori_loop": {2: "index, carry"},
+    "while_loop": {0: "carry", 1: "carry"},
+    "scan": {0: "carry"},
+}
+OPERANDS_START: Final = {"cond": 3, "switch": 2, "fori_loop": 3, "while_loop": 2, "scan": 1}
+
+
+def lambda_arguments(call: CallExpr) -> list[tuple[LambdaExpr, list[Expression | None]]]:
+    """The lambdas control flow is given in `call`, each with the values its
+    parameters get (None where not known), where its signature says them."""
+    fullname = call.callee.fullname if isinstance(call.callee, RefExpr) else None
+    if not fullname or not fullname.startswith(("effax.", "jax.")):
+        return []
+    name = fullname.rpartition(".")[2]
+    if name not in OPERANDS:
+        return []
+    positional = positional_args(call)
+    operands: list[Expression | None] = list(positional[OPERANDS_START[name] :])
+    found: list[tuple[LambdaExpr, list[Expression | None]]] = []
+    for position, passed in OPERANDS[name].items():
+        if position >= len(positional):
+            continue
+        given = positional[position]
+        functions = given.items if isinstance(given, ListExpr | TupleExpr) else [given]
+        values = (
+            operands[:1]
+            if passed == "carry"
+            else [None, *operands[:1]]
+            if passed == "index, carry"
+            else operands
+        )
+        found.extend((f, values) for f in functions if isinstance(f, LambdaExpr))
+    return found
 
 
 # wrappers returning a function with the row of their first argument

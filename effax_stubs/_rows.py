@@ -177,6 +177,9 @@ class Analysis(Handling):
             return self.member_row(constructed, "__init__")
         if isinstance(expr, CallExpr):
             return self.row_of_result(expr, depth)
+        if isinstance(expr, IndexExpr):  # `carry[0]`, an item of a tuple plain to see
+            item = self.item(expr)
+            return self.row_of(item, depth + 1) if item is not None else None
         if isinstance(expr, ConditionalExpr):  # `a if c else b`: what either may perform
             rows = [self.row_of(e, depth + 1) for e in (expr.if_expr, expr.else_expr)]
             known = [row for row in rows if row is not None]

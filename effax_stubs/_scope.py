@@ -16,6 +16,7 @@ from mypy.nodes import (
     FuncDef,
     FuncItem,
     IndexExpr,
+    IntExpr,
     ListExpr,
     MypyFile,
     RefExpr,
@@ -78,6 +79,8 @@ class Scope:
         # a local's value where one use of it reads it (by id of the name), as the
         # walk finds it in order (a variable rebound: the binding before the use)
         self.bound_at: dict[int, Expression | None] = {}
+        # a lambda's parameters, where what it is called with is plain to see
+        self.arguments: dict[SymbolNode, Expression] = {}
         self.nested = collector.functions
         self.self_class: dict[SymbolNode, TypeInfo] = {}
         self.class_objects: set[SymbolNode] = set()  # a classmethod's `cls`: the class
@@ -139,10 +142,31 @@ class Scope:
             return None
         if id(expr) in self.bound_at:
             return self.bound_at[id(expr)]
+        if expr.node in self.arguments:
+            return self.arguments[expr.node]
         values = self.locals.get(expr.node)
         if values is not None:
             return values[0] if len(values) == 1 else None
         return self.module_binding(expr.node)
+
+    def bind_arguments(self, function: FuncItem, values: list[Expression | None]) -> None:
+        """What `function`'s parameters get, where it is called with `values` (a
+        lambda given to control flow with its operands, or called where made)."""
+        for argument, value in zip(function.arguments, values, strict=False):
+            if value is not None and argument.kind == ARG_POS:
+                self.arguments[argument.variable] = value
+
+    def item(self, expr: IndexExpr) -> Expression | None:
+        """The item `expr` reads, where it indexes a tuple or list plain to see with
+        a number (`carry[0]`, the carry bound to `(block, x)`)."""
+        base = expr.base
+        value = self.value_of(base) if isinstance(base, RefExpr) else base
+        if isinstance(value, TupleExpr | ListExpr) and isinstance(expr.index, IntExpr):
+            position = expr.index.value
+            return (
+                value.items[position] if -len(value.items) <= position < len(value.items) else None
+            )
+        return None
 
     def declaration(self, expr: Expression, depth: int = 0) -> Declaration | None:
         """The effect `expr` refers to, where it is a module-level declaration."""

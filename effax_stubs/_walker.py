@@ -44,6 +44,8 @@ from ._names import (
     effax_name,
     foreign_higher_order,
     function_argument,
+    lambda_arguments,
+    positional_args,
 )
 from ._report import Sink, describe
 from ._scope import FORWARDED, trigger, triggered, triggered_effect
@@ -74,6 +76,7 @@ class Walker:
         # one known value); the names read are recorded in `analysis.bound_at`
         self.current: dict[SymbolNode, Expression | None] = {}
         self.anchor: Node | None = None  # the `with` statement being walked
+        self.enclosing: list[CallExpr] = []  # the calls whose arguments are being walked
 
     def visit(self, node: Node) -> None:
         if isinstance(node, _BRANCHING):
@@ -247,6 +250,13 @@ class Walker:
         self.handled = frozenset(kept) | row | triggers | {FORWARDED + e for e in forwarded}
 
     def visit_call(self, node: CallExpr) -> None:
+        # what the lambdas it is given or calls will be called with: control flow's
+        # operands, the arguments of `effax.nnx.remat(lambda m, x: m(x))(block, x)`
+        for given, values in lambda_arguments(node):
+            self.analysis.bind_arguments(given, values)
+        transformed = function_argument(node.callee) if isinstance(node.callee, CallExpr) else None
+        if isinstance(transformed, LambdaExpr):
+            self.analysis.bind_arguments(transformed, list(positional_args(node)))
         name = effax_name(callee_fullname(node.callee))
         skip: Expression | None = None
         declaring = isinstance(node.callee, CallExpr) and is_uses(node.callee)  # uses(...)(f)
@@ -263,6 +273,7 @@ class Walker:
         # An interceptor's functions are handler code: they run where the interceptor
         # is installed, under the handlers outside it (see `install`).
         handler_code = name == "intercept"
+        self.enclosing.append(node)
         for child in [node.callee, *node.args]:
             if isinstance(child, LambdaExpr):
                 self.visit_defaults(child)
@@ -270,7 +281,10 @@ class Walker:
                     self.visit(child.body)  # a lambda counts where it is handed over
             else:
                 self.visit(child)
-        if self.around is not None and hooked(node):
+        self.enclosing.pop()
+        # (a parameter bound to what it is called with has no hook: checked here)
+        parameter = isinstance(node.callee, RefExpr) and node.callee.node in self.analysis.arguments
+        if self.around is not None and hooked(node) and not parameter:
             self.around[id(node)] = self.handled  # checked from its own hook
             performed = None
         else:

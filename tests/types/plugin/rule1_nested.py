@@ -74,11 +74,11 @@ def lambda_variable() -> float:
     return read()  # E: effax-undeclared: "read" performs effect "temperature"
 
 
-# case: functions kept in containers are not tracked
+# case: functions kept in a list written in place and read with a number are tracked (round 4; silent before)
 @fx.uses()
 def lambda_container() -> float:
     readers = [lambda: temperature.ask()]
-    return readers[0]()
+    return readers[0]()  # E: effax-undeclared: "readers" performs effect "temperature"
 
 
 def run_with_temperature(f: Callable[[], float]) -> float:

@@ -57,3 +57,42 @@ def handled(blocks: nnx.Linear, x: jax.Array) -> jax.Array:
     with count.init(jnp.int32(0)):
         y = fxn.vmap(body, in_axes=(0, None))(x, blocks)
         return fxn.while_loop(lambda c: jnp.sum(c) < 0, lambda c: body(c, blocks), y)
+
+
+# case: lambdas calling the modules they are given (round 4): their parameters get the operands
+class Noisy(nnx.Module):
+    def __init__(self) -> None:
+        self.linear = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+
+    @fx.uses(count)
+    def __call__(self, x: jax.Array) -> jax.Array:
+        count.set(count.get() + 1)
+        return self.linear(x)
+
+
+noisy = Noisy()
+
+
+@fx.uses(scale)
+def calls_its_module(m: Noisy, x: jax.Array, go: jax.Array) -> jax.Array:
+    a: jax.Array = fxn.cond(go, lambda mm, u: mm(u), lambda mm, u: u, m, x)  # E: effax-undeclared: "mm" performs effect "count"
+    b: jax.Array = fxn.remat(lambda mm, u: mm(u))(m, x)  # E: effax-undeclared: performs effect "count"
+    c: jax.Array = fxn.vmap(lambda mm, u: mm(u), in_axes=(None, 0))(m, x)  # E: effax-undeclared
+    return a + b + c
+
+
+@fx.uses(scale, count)
+def calls_its_module_in_its_row(m: Noisy, x: jax.Array, go: jax.Array) -> jax.Array:
+    a: jax.Array = fxn.cond(go, lambda mm, u: mm(u), lambda mm, u: u, m, x)
+    b: jax.Array = fxn.remat(lambda mm, u: mm(u))(m, x)
+    return a + b
+
+
+with fx.handlers(scale.provide(jnp.float32(1.0))):
+    fxn.fori_loop(0, 2, lambda i, c: (c[0], c[0](c[1])), (noisy, jnp.ones(2)))  # E: effax-unhandled
+    fxn.remat(lambda mm, u: mm(u))(noisy, jnp.ones(2))  # E: effax-unhandled
+with count.init(jnp.int32(0)):
+    fxn.fori_loop(0, 2, lambda i, c: (c[0], c[0](c[1])), (noisy, jnp.ones(2)))
+    fxn.remat(lambda mm, u: mm(u))(noisy, jnp.ones(2))
+    fx.cond(True, lambda mm: mm(jnp.ones(2)), lambda mm: jnp.ones(2), noisy)
+fx.cond(True, lambda mm: mm(jnp.ones(2)), lambda mm: jnp.ones(2), noisy)  # E: effax-unhandled
