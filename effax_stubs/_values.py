@@ -52,9 +52,12 @@ def check_value(ctx: MethodContext, modules: Mapping[str, MypyFile]) -> None:
     value = get_proper_type(ctx.arg_types[0][0])
     if isinstance(value, AnyType):
         return
-    if receiver.args and not is_subtype(value, receiver.args[0]):
-        return  # a type error already: mypy reports it
     kind, method = declaration.kind, call.callee.name
+    if receiver.args and not is_subtype(value, receiver.args[0]):
+        # a type error already, which mypy reports; but an unhashable static value
+        # also fails where it is provided, whatever its type (the error may be ignored)
+        if not (kind == "Ask" and declaration.static and not is_hashable(ctx.api, value)):
+            return
     effect = f'{kind} "{short(declaration.fullname)}"'
     problem: str | None = None
     where: Context = call  # reported where run time raises

@@ -105,3 +105,9 @@ attrs_frozen_config.provide(AttrsFrozen(1))
 pair = fx.State[tuple[float, float]]("pair")
 pair.init((0, 1))  # E: effax-handler-type: initialised with "tuple[int, int]"
 pair.init((0.0, 1.0))
+
+
+# case: an unhashable static value of the wrong type: both errors (round 4), one ignorable alone
+nested = fx.Ask[tuple[tuple[int, ...], ...]]("nested", static=True)
+nested.provide(((1, 2), [3]))  # type: ignore[arg-type]  # E: effax-handler-type: unhashable "tuple[tuple[int, int], list]"
+nested.provide(((1, 2), (3,)))
