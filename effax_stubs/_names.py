@@ -34,6 +34,7 @@ __all__ = [
     "HANDLER_MAKERS",
     "KINDS",
     "OPERANDS",
+    "OPERANDS_START",
     "lambda_arguments",
     "MAKERS",
     "OPERATIONS",

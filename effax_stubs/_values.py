@@ -53,11 +53,11 @@ def check_value(ctx: MethodContext, modules: Mapping[str, MypyFile]) -> None:
     if isinstance(value, AnyType):
         return
     kind, method = declaration.kind, call.callee.name
-    if receiver.args and not is_subtype(value, receiver.args[0]):
-        # a type error already, which mypy reports; but an unhashable static value
-        # also fails where it is provided, whatever its type (the error may be ignored)
-        if not (kind == "Ask" and declaration.static and not is_hashable(ctx.api, value)):
-            return
+    # a type error already, which mypy reports; but an unhashable static value also
+    # fails where it is provided, whatever its type (the error may be ignored)
+    unhashable = kind == "Ask" and declaration.static and not is_hashable(ctx.api, value)
+    if receiver.args and not is_subtype(value, receiver.args[0]) and not unhashable:
+        return
     effect = f'{kind} "{short(declaration.fullname)}"'
     problem: str | None = None
     where: Context = call  # reported where run time raises
@@ -67,7 +67,7 @@ def check_value(ctx: MethodContext, modules: Mapping[str, MypyFile]) -> None:
         # such: only a compiled call performing it under this handler refuses it, there
         compiled = reaches_compiled(ctx.api, modules, call, declaration.fullname)
         text, where = compiled is not None, compiled or call
-    if kind == "Ask" and declaration.static and not is_hashable(ctx.api, value):
+    if unhashable:
         problem = (
             f"{effect} is static, so its value is hashed into the jit cache key, but "
             f'"{method}" is given an unhashable "{type_name(value)}"; pass a hashable '

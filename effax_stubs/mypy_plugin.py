@@ -7,28 +7,18 @@ Enable it in the mypy configuration of a project that uses effax:
     [tool.mypy]
     plugins = ["effax_stubs.mypy_plugin"]
 
-Types already check *values* (``Ask[float].provide("x")`` is an error without any
-plugin). The plugin checks what types cannot say, with its own error codes:
+Types already check *values*; the plugin checks what they cannot say (docs/typing.md):
 
 - ``effax-undeclared``: inside a function decorated with ``@effax.uses(...)``, an
-  effect operation (``ask``, ``get``, ``set``, ``modify``, ``next_key``, ``emit``,
-  ``tap``, the ``effax.random`` samplers), a call to another ``@effax.uses`` function, a call to a
-  function made by ``effax.handle(f, *handlers)`` / ``effax.jit(f)`` (whose row is
-  ``f``'s row minus what the handlers discharge), a call to the function returned by
-  ``effax.grad`` / ``value_and_grad`` / ``vmap`` / ``checkpoint`` / ``shard_map``, or an
-  ``effax.scan`` / ``fori_loop`` / ``while_loop`` / ``cond`` / ``switch`` / ``map`` (which
-  perform their bodies' rows) that needs an effect neither in the function's row nor
-  handled by an enclosing ``with`` in the same function.
-- ``effax-unhandled``: the same at module level (scripts, ``if __name__ == "__main__":``
-  blocks), where no caller can install a handler. An ``Ask`` declared with
-  ``default=`` is answered with no handler, so it is never reported there; it is
-  still performed, so it still belongs in rows (``effax-undeclared`` outside one).
-- ``effax-handler-type``: a handler given a value that its effect cannot carry
-  although the types agree: an unhashable value for a ``static=True`` ``Ask``; a
-  ``str`` or ``bytes`` for a traced ``Ask`` or a ``State`` (traced values cross
-  ``jax.jit`` as arrays; where it is declared to hold text, only where a compiled
-  call performs it under the handler); an ``int`` for a ``State[float]`` (or a
-  ``bool`` for a ``State[int]``), whose dtype would then change on the first update.
+  effect operation, a call of a function with a row (made by ``effax.handle`` /
+  ``jit`` / ``grad`` / ... too: ``handle``'s row is ``f``'s minus what its handlers
+  discharge) or effax's control flow (which performs its bodies' rows) that needs an
+  effect neither in the row nor handled by an enclosing ``with`` there.
+- ``effax-unhandled``: the same at module level, where no caller can install a
+  handler (an ``Ask`` with a ``default=`` is answered there, but still in rows).
+- ``effax-handler-type``: a handler given a value its effect cannot carry although
+  the types agree (unhashable for a static ``Ask``; text for a traced one or a
+  ``State``, where a compiled call performs it; an ``int`` for a ``State[float]``).
 
 What the plugin understands, and where it stays silent rather than guess, is the
 table of docs/typing.md: effects are module-level declarations (user-defined ones
@@ -43,15 +33,14 @@ handlers one walk of the module found around it.
 
 How: the plugin records what it learns in the types it returns (which effect a
 declaration or a handler is, which row a function has) as markers in
-``Instance.extra_attrs``, and a user-defined effect's operations in its class's
-``TypeInfo.metadata``; mypy keeps both for other modules and in its incremental
-cache. It reads the syntax tree only of the function or module being checked. It
+``Instance.extra_attrs``, and a user-defined effect's operations (an interceptor
+class's forwarding methods) in its class's ``TypeInfo.metadata``; mypy keeps both
+for other modules and in its incremental cache. It
 keeps nothing between hooks but one walk per module, returns ``None`` from every
 hook that is not about effax (``functools.partial``'s are mypy's own, with the
-row added), and a failure of its own analysis never fails the mypy run: the hook
-falls back to mypy's default behaviour (set ``EFFAX_MYPY_PLUGIN_DEBUG=1`` to raise
-instead). Supported mypy versions: `SUPPORTED_MYPY`; under any other version the
-plugin loads with no hooks and says so on stderr.
+row added); a failure of its own analysis falls back to mypy's default behaviour
+(``EFFAX_MYPY_PLUGIN_DEBUG=1`` raises it). Supported mypy versions: `SUPPORTED_MYPY`;
+under any other version the plugin loads with no hooks and says so on stderr.
 
 Layout: this module holds the hooks; `_names` (what effax looks like to the
 plugin), `_marks` (declarations: markers in types), `_tree` (the syntax tree),
@@ -131,9 +120,6 @@ __all__ = ["HANDLER_TYPE", "SUPPORTED_MYPY", "UNDECLARED", "UNHANDLED", "EffaxPl
 
 SUPPORTED_MYPY: Final = ((1, 20), (2, 5))
 """The mypy versions the plugin is tested with: at least the first, below the second."""
-
-
-# --- the plugin ----------------------------------------------------------------------
 
 
 # where no function with a row or user-defined effect can be: not looked up
@@ -221,36 +207,33 @@ class EffaxPlugin(Plugin):
             return self._interceptor_class
         return None
 
-    def _user_interceptor(self, fullname: str) -> bool:
-        """Whether `fullname` names a subclass of `effax.Interceptor` of the user's."""
-        if fullname.startswith(_NOT_USER_CODE):
-            return False
-        try:
-            node = self._lookup(fullname)
-            return isinstance(node, TypeInfo) and is_interceptor_class(node)
-        except Exception:
-            if self._debug:
-                raise
-        return False
-
     def _lookup(self, fullname: str) -> SymbolNode | None:
         if "." not in fullname:
             return None
         symbol = self.lookup_fully_qualified(fullname)
         return symbol.node if symbol is not None else None
 
-    def _user_effect(self, fullname: str) -> TypeInfo | None:
-        """The class `fullname` names, where it is a user-defined effect class."""
+    def _user_class(self, fullname: str) -> TypeInfo | None:
+        """The class of the user's code that `fullname` names, if it is one."""
         if fullname.startswith(_NOT_USER_CODE):
             return None
         try:
             node = self._lookup(fullname)
-            if isinstance(node, TypeInfo) and is_effect_class(node) and kind_of(node) is None:
-                return node
+            return node if isinstance(node, TypeInfo) else None
         except Exception:
             if self._debug:
                 raise
         return None
+
+    def _user_effect(self, fullname: str) -> TypeInfo | None:
+        """The class `fullname` names, where it is a user-defined effect class."""
+        info = self._user_class(fullname)
+        return info if info and is_effect_class(info) and kind_of(info) is None else None
+
+    def _user_interceptor(self, fullname: str) -> bool:
+        """Whether `fullname` names a subclass of `effax.Interceptor` of the user's."""
+        info = self._user_class(fullname)
+        return info is not None and is_interceptor_class(info)
 
     def _has_row(self, fullname: str) -> bool:
         """Whether `fullname` names a function with an effect row (a call of one is

@@ -109,5 +109,5 @@ pair.init((0.0, 1.0))
 
 # case: an unhashable static value of the wrong type: both errors (round 4), one ignorable alone
 nested = fx.Ask[tuple[tuple[int, ...], ...]]("nested", static=True)
-nested.provide(((1, 2), [3]))  # type: ignore[arg-type]  # E: effax-handler-type: unhashable "tuple[tuple[int, int], list]"
+nested.provide(((1, 2), [3]))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]  # E: effax-handler-type: unhashable "tuple[tuple[int, int], list]"
 nested.provide(((1, 2), (3,)))

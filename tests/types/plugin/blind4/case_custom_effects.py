@@ -99,7 +99,7 @@ with meter.gauge(), lr.provide(jnp.float32(0.1)):
     spend_and_step(w)
 
 # case: a handler maker without a return annotation may handle anything
-with meter.loose_gauge():
+with meter.loose_gauge():  # E: no-untyped-call
     sgd_update(w, w)  # limit: a with of an unannotated handler maker hides everything under it (lr unhandled)
 
 # case: intercepting the custom effect's operation, gauge outside
@@ -216,7 +216,7 @@ class Budget:
 
     @property
     def left(self) -> jax.Array:
-        return self._left
+        return self._left  # E: no-any-return
 
     @left.setter
     @fx.uses(meter)
@@ -235,7 +235,7 @@ print(budget.left)
 @fx.uses(noise)
 def lambda_row(x: jax.Array) -> jax.Array:
     f = fx.uses(lr)(lambda v: v * lr.ask())
-    return f(jitter(x))  # E: effax-undeclared
+    return f(jitter(x))  # E: effax-undeclared, no-any-return
 
 
 with lr.provide(jnp.float32(0.1)), noise.seed(0):
@@ -313,9 +313,9 @@ with lr.provide(jnp.float32(0.1)):
     spend_handled(w)
 
 # case: the custom effect performed in a scan lambda at module level
-fx.scan(lambda c, v: (c + v, meter.add(v)), jnp.float32(0), w)  # E: effax-unhandled
+fx.scan(lambda c, v: (c + v, meter.add(v)), jnp.float32(0), w)  # E: effax-unhandled, func-returns-value
 with meter.gauge():
-    fx.scan(lambda c, v: (c + v, meter.add(v)), jnp.float32(0), w)
+    fx.scan(lambda c, v: (c + v, meter.add(v)), jnp.float32(0), w)  # E: func-returns-value
 
 # case: the custom effect inside fx.cond in a row lacking it
 @fx.uses(lr)

@@ -11,7 +11,7 @@ from flax import nnx
 import effax as fx
 import effax.nnx as fxn
 from optics.effects import acts, losses, lr, noise, step_count
-from trainer.models import Block, Ensemble, Member, Stack, block_row
+from fitkit.models import Block, Ensemble, Member, Stack, block_row
 
 x = jnp.ones((5, 4))
 stack = Stack(4, 3, rngs=nnx.Rngs(0))
@@ -57,7 +57,7 @@ with fx.handlers(noise.seed(1), step_count.init(jnp.int32(0)), losses.collect())
 @fx.uses(noise, step_count, losses, lr)
 def train_step(model: Stack, v: jax.Array) -> jax.Array:
     loss, grads = fxn.value_and_grad(row_loss)(model, v)  # E: effax-undeclared
-    return loss * lr.ask()
+    return loss * lr.ask()  # E: no-any-return
 
 
 with fx.handlers(*everything, lr.provide(jnp.float32(0.1))):
@@ -68,7 +68,7 @@ with fx.handlers(*everything, lr.provide(jnp.float32(0.1))):
 def train_step_ok(model: Stack, v: jax.Array) -> jax.Array:
     with acts.ignore():
         loss, grads = fxn.value_and_grad(row_loss)(model, v)
-    return loss * lr.ask()
+    return loss * lr.ask()  # E: no-any-return
 
 
 with fx.handlers(noise.seed(0), step_count.init(jnp.int32(0)), losses.collect(), lr.provide(jnp.float32(0.1))):
@@ -86,7 +86,7 @@ with noise.seed(2):
 # case: effax.nnx.vmap with a lambda body in a row lacking the stream
 @fx.uses(lr)
 def predict_bad(members: Member, v: jax.Array) -> jax.Array:
-    return fxn.vmap(lambda m, u: m(u), in_axes=(0, None))(members, v) * lr.ask()  # E: effax-undeclared
+    return fxn.vmap(lambda m, u: m(u), in_axes=(0, None))(members, v) * lr.ask()  # E: effax-undeclared, no-any-return
 
 
 with noise.seed(2), lr.provide(jnp.float32(1.0)):

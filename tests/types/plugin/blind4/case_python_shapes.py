@@ -94,9 +94,9 @@ Dense(jnp.eye(3))(w)  # E: effax-unhandled
 
 # case: a lambda held in a variable, called at module level
 ask_lr = lambda: lr.ask()  # noqa: E731
-ask_lr()  # E: effax-unhandled
+ask_lr()  # E: effax-unhandled, no-untyped-call
 with lr.provide(jnp.float32(0.2)):
-    ask_lr()
+    ask_lr()  # E: no-untyped-call
 
 # case: a lambda given a row, called at module level
 emit_loss = fx.uses(losses)(lambda v: losses.emit(jnp.sum(v)))
@@ -134,7 +134,7 @@ with lr.provide(jnp.float32(0.1)), step_count.init(jnp.int32(0)):
 @fx.uses(lr)
 def lambda_bad(v: jax.Array) -> jax.Array:
     draw = lambda: jax.random.normal(noise.next_key())  # noqa: E731
-    return v * lr.ask() + draw()  # E: effax-undeclared
+    return v * lr.ask() + draw()  # E: effax-undeclared, no-untyped-call
 
 
 with lr.provide(jnp.float32(0.1)), noise.seed(0):

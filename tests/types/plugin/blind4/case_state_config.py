@@ -43,12 +43,12 @@ loose = fx.Ask[LooseSchedule]("loose", static=True)
 
 @fx.uses(total)
 def accumulate(v: jax.Array) -> jax.Array:
-    return total.modify(lambda t: t + jnp.sum(v))
+    return total.modify(lambda t: t + jnp.sum(v))  # pyright: ignore[reportReturnType, reportArgumentType]  # E: arg-type, return-value, return-value
 
 
 @fx.uses(label)
 def labelled() -> jax.Array:
-    return jnp.float32(len(label.ask()))
+    return jnp.float32(len(label.ask()))  # E: no-any-return
 
 
 # case: StateDict handled at module level, eager and compiled
@@ -151,7 +151,7 @@ with mode.provide("tanh") if not fast else clip_at.provide(1.0):
     activation(logits)  # E: effax-unhandled
 
 # case: a static Ask given a tuple holding a list
-levels.provide(((1, 2), [3]))  # type: ignore[arg-type]  # E: effax-handler-type
+levels.provide(((1, 2), [3]))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]  # E: effax-handler-type
 
 # case: a static Ask given a hashable tuple
 with levels.provide((1, 2, 3)):

@@ -125,7 +125,7 @@ with learning_rate.provide(jnp.float32(1.0)):
 # case: switch with lambda branches performing the state, row lacking it
 @fx.uses(learning_rate)
 def pick_counted(i: jax.Array, v: jax.Array) -> jax.Array:
-    return fx.switch(i, [lambda u: u, lambda u: u * E.step_count.get()], v)  # E: effax-undeclared
+    return fx.switch(i, [lambda u: u, lambda u: u * E.step_count.get()], v)  # E: effax-undeclared, no-any-return
 
 
 with learning_rate.provide(jnp.float32(1.0)), E.step_count.init(jnp.int32(2)):
@@ -179,7 +179,7 @@ with learning_rate.provide(jnp.float32(0.1)), E.step_count.init(jnp.int32(0)):
 # case: a module attribute access to an effect inside a row lacking it
 @fx.uses(learning_rate)
 def lr_and_noise(v: jax.Array) -> jax.Array:
-    return v * learning_rate.ask() + jax.random.normal(optics.effects.noise.next_key())  # E: effax-undeclared
+    return v * learning_rate.ask() + jax.random.normal(optics.effects.noise.next_key())  # pyright: ignore[reportAttributeAccessIssue]  # E: effax-undeclared
 
 
 with learning_rate.provide(jnp.float32(0.1)), rng_stream.seed(0):
@@ -194,7 +194,7 @@ def loss_of(w: jax.Array, x: jax.Array) -> jax.Array:
 @fx.uses(*SCAN_ROW)
 def outer_step(w: jax.Array) -> jax.Array:
     value, grads = jax.value_and_grad(loss_of)(w, xs[0])
-    return w - grads
+    return w - grads  # E: no-any-return
 
 
 with fx.handlers(learning_rate.provide(jnp.float32(0.1)), E.step_count.init(jnp.int32(0)), loss_log.collect()):
@@ -207,7 +207,7 @@ with fx.handlers(learning_rate.provide(jnp.float32(0.1)), E.step_count.init(jnp.
 @fx.uses(*LAYER_ROW)
 def outer_step_bad(w: jax.Array) -> jax.Array:
     value, grads = fx.value_and_grad(loss_of)(w, xs[0])  # E: effax-undeclared
-    return w - grads
+    return w - grads  # E: no-any-return
 
 
 with fx.handlers(learning_rate.provide(jnp.float32(0.1)), E.step_count.init(jnp.int32(0)), loss_log.collect()):

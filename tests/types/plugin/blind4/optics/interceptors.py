@@ -11,7 +11,7 @@ import effax as fx
 from optics.effects import acts, losses, lr
 
 
-class ScaledLoss(fx.Interceptor):
+class ScaledLoss(fx.Interceptor):  # E: type-arg
     """Emits every loss times a static factor to the collector outside."""
 
     def __init__(self, effect: fx.Emit[jax.Array], factor: float) -> None:
@@ -22,7 +22,7 @@ class ScaledLoss(fx.Interceptor):
         self.outer().emit(self.factor * value)
 
 
-class WarmupLR(fx.Interceptor):
+class WarmupLR(fx.Interceptor):  # E: type-arg
     """Answers lr as the outer lr times a static warmup fraction."""
 
     def __init__(self, effect: fx.Ask[jax.Array], fraction: float) -> None:
@@ -30,10 +30,10 @@ class WarmupLR(fx.Interceptor):
         self.fraction = fraction
 
     def ask(self) -> jax.Array:
-        return self.fraction * self.outer().ask()
+        return self.fraction * self.outer().ask()  # E: no-any-return
 
 
-class Prefix(fx.Interceptor):
+class Prefix(fx.Interceptor):  # E: type-arg
     """Prefixes tap sites with a block name."""
 
     def __init__(self, effect: fx.Tap[jax.Array], prefix: str) -> None:
@@ -41,7 +41,7 @@ class Prefix(fx.Interceptor):
         self.prefix = prefix
 
     def tap(self, site: str, value: jax.Array) -> jax.Array:
-        return self.outer().tap(f"{self.prefix}/{site}", value)
+        return self.outer().tap(f"{self.prefix}/{site}", value)  # E: no-any-return
 
 
 def halve_losses() -> fx.Interceptor[Any]:

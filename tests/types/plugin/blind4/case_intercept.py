@@ -110,7 +110,7 @@ print(warm_entry_ok(w, w, jnp.float32(0.3)))
 @fx.uses(noise)
 def noisy(x: jax.Array) -> jax.Array:
     with counting:
-        return x + jax.random.normal(noise.next_key(), x.shape)  # limit: the interceptor installed inside the row runs under it, and what its function performs (draws) is not counted
+        return x + jax.random.normal(noise.next_key(), x.shape)  # (written as a limit: what the interceptor's function performs (draws) was not counted; reported since issue 42)  # E: effax-undeclared
 
 
 with fx.handlers(draws.init(jnp.int32(0)), noise.seed(0)) as hs3:

@@ -68,7 +68,7 @@ def logged(fn: F) -> F:
     def wrapper(*args: object, **kwargs: object) -> jax.Array:
         return fn(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
 
 @fx.uses(lr)
