@@ -103,6 +103,7 @@ from ._names import (
     OPERATIONS,
     PERFORMING,
     RETURNING,
+    Row,
     effax_method,
     effax_name,
     effect_operations,
@@ -250,13 +251,20 @@ class EffaxPlugin(Plugin):
                 return any(decorated_with_row(item) for item in items)
             if isinstance(node, Var):  # a function with a row, or a lambda of the module
                 return row_of_type(node.type) is not None or isinstance(
-                    Analysis(self._module_map(), None, []).module_binding(node), LambdaExpr
+                    self._names().module_binding(node), LambdaExpr
                 )
             return decorated_with_row(node)
         except Exception:
             if self._debug:
                 raise
         return False
+
+    def _names(self) -> Analysis:
+        """An analysis of no body, made once: what names refer to, from any scope."""
+        self._no_body: Analysis = getattr(self, "_no_body", None) or Analysis(
+            self._module_map(), None, []
+        )
+        return self._no_body
 
     def _module_map(self) -> Mapping[str, MypyFile]:
         modules: Mapping[str, MypyFile] | None = getattr(self, "_modules", None)
@@ -349,11 +357,10 @@ class EffaxPlugin(Plugin):
             row = row_of_type(ctx.arg_types[0][0])
             if row is None and ctx.args and ctx.args[0]:
                 # no row in the type (an overloaded function): read the argument
-                row = Analysis(self._module_map(), None, []).row_of(ctx.args[0][0])
+                row = self._names().row_of(ctx.args[0][0])
             if row is None:
                 return
             if handle and len(ctx.arg_types) > 1:
-                analysis = Analysis(self._module_map(), None, [])
                 arguments = zip(ctx.arg_types[1], ctx.arg_kinds[1], ctx.args[1], strict=True)
                 for typ, kind, arg in arguments:
                     star = get_proper_type(typ) if kind == ARG_STAR else None
@@ -362,7 +369,7 @@ class EffaxPlugin(Plugin):
                         handles = handles_of_type(item)
                         if handles is None and star is None:
                             # (an interceptor's type loses its marks in this context)
-                            handles = analysis.discharged(arg)
+                            handles = self._names().discharged(arg)
                         if handles is None:
                             return
                         row = row - handles
@@ -391,33 +398,28 @@ class EffaxPlugin(Plugin):
 
     def _handlers(self, ctx: FunctionContext) -> Type:
         """`effax.handlers(*handlers)`: the union of what they handle."""
-        result: list[Type] = [ctx.default_return_type]
 
-        def mark() -> None:
+        def found() -> Row | None:
             if len(ctx.arg_kinds) != 1 or any(k != ARG_POS for k in ctx.arg_kinds[0]):
-                return
-            found: set[str] = set()
-            for typ in ctx.arg_types[0]:
-                handles = handles_of_type(typ)
-                if handles is None:
-                    return
-                found |= handles
-            marks = {HANDLES} | {f"{HANDLES}:{name}" for name in found}
-            result[0] = with_marks(ctx.default_return_type, marks)
+                return None
+            rows = [handles_of_type(typ) for typ in ctx.arg_types[0]]
+            return None if None in rows else frozenset().union(*filter(None, rows))
 
-        self._guarded(mark)
-        self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))
-        return result[0]
+        return self._handles(ctx, found)
 
     def _intercept(self, ctx: FunctionContext) -> Type:
-        """`effax.intercept(effect, **operations)`: what the interceptor handles by
-        itself (its effect where no function of it calls `outer`; else nothing)."""
+        """`effax.intercept(effect, **ops)`: what it handles by itself (its effect where
+        no function of it calls `outer`; else nothing)."""
+        call = ctx.context
+        found = lambda: self._names().discharged(call) if isinstance(call, CallExpr) else None
+        return self._handles(ctx, found)
+
+    def _handles(self, ctx: FunctionContext, found: Callable[[], Row | None]) -> Type:
+        """The type `ctx`'s call returns, marked with what `found()` says it handles."""
         result: list[Type] = [ctx.default_return_type]
 
         def mark() -> None:
-            if not isinstance(ctx.context, CallExpr):
-                return
-            handled = Analysis(self._module_map(), None, []).discharged(ctx.context)
+            handled = found()
             if handled is not None:
                 marks = {HANDLES} | {f"{HANDLES}:{name}" for name in handled}
                 result[0] = with_marks(ctx.default_return_type, marks)
@@ -479,12 +481,8 @@ class _Disabled(Plugin):
 
 
 def _version(version: str) -> tuple[int, int]:
-    numbers = []
-    for part in version.split("+")[0].split(".")[:2]:
-        digits = "".join(c for c in part if c.isdigit())
-        numbers.append(int(digits) if digits else 0)
-    while len(numbers) < 2:
-        numbers.append(0)
+    parts = [*version.split("+")[0].split(".")[:2], "0", "0"][:2]
+    numbers = [int("".join(c for c in part if c.isdigit()) or 0) for part in parts]
     return numbers[0], numbers[1]
 
 
