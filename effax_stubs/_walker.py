@@ -319,8 +319,8 @@ _BRANCHING: Final = (IfStmt, ForStmt, WhileStmt, TryStmt, MatchStmt)
 
 
 def _assigned_in(node: Node) -> set[SymbolNode]:
-    """The locals a statement binds anywhere inside it (not in nested definitions:
-    those bind their own)."""
+    """The names a statement binds anywhere inside it (those bound in a nested
+    definition are its own locals, never the walked body's: harmless here)."""
     found: set[SymbolNode] = set()
     targets: list[Expression] = []
     for child in descendants(node):
