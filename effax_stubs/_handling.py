@@ -4,6 +4,8 @@ it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mypy.nodes import (
     AssignmentExpr,
     CallExpr,
@@ -15,6 +17,7 @@ from mypy.nodes import (
     FuncItem,
     ListExpr,
     MemberExpr,
+    MypyFile,
     NameExpr,
     RefExpr,
     SetExpr,
@@ -39,6 +42,7 @@ from ._names import (
     is_handler_maker,
 )
 from ._scope import Scope
+from ._source import definition, reads_first
 from ._tree import calls_outer, descendants, foreign_class, has_body
 
 __all__ = ["Handling", "forwards", "is_interceptor_class"]
@@ -127,7 +131,7 @@ class Handling(Scope):
             return bool(operations) and not any(forwards(subclass, op) for op in operations)
         given = {name: arg for name, arg in zip(call.arg_names, call.args, strict=True) if name}
         return bool(operations) and all(
-            name in given and _ignores_outer(given[name]) for name in operations
+            name in given and _ignores_outer(given[name], self.modules) for name in operations
         )
 
     def operations_of(self, call: CallExpr) -> Row:
@@ -256,15 +260,17 @@ def forwards(info: TypeInfo, operation: str) -> bool:
     return True
 
 
-def _ignores_outer(function: Expression) -> bool:
+def _ignores_outer(function: Expression, modules: Mapping[str, MypyFile]) -> bool:
     """Whether `function` (a lambda or a def written in the user's code) never reads
     its first parameter, the handler an interceptor forwards to."""
     written: object = function.node if isinstance(function, RefExpr) else function
     if isinstance(written, Decorator):
         written = written.func
-    if not isinstance(written, FuncItem) or not has_body(written):
-        return False  # (a body mypy freed, or loaded from its cache: not known)
-    if not written.arguments:
+    if isinstance(written, FuncDef) and not has_body(written):
+        # a body mypy freed, or a definition from its cache: read from its source
+        source = definition(modules, written)
+        return source is not None and not reads_first(source[0])
+    if not isinstance(written, FuncItem) or not written.arguments:
         return False
     outer = written.arguments[0].variable
     return not any(isinstance(n, NameExpr) and n.node is outer for n in descendants(written.body))

@@ -47,6 +47,7 @@ from ._names import (
     keyword,
 )
 from ._report import describe
+from ._source import body_performs, definition
 from ._tree import has_body, is_uses, transparent
 from ._walker import Walker
 
@@ -206,8 +207,9 @@ class Analysis(Handling):
                 if row is not None:
                     return row
             value = self.value_of(expr)
-            if value is not None:
-                return self.row_of(value, depth + 1)
+            row = self.row_of(value, depth + 1) if value is not None else None
+            if row is not None:
+                return row
             if node in self.class_objects:  # `cls(...)` constructs, as `Model(...)` does
                 return self.member_row(self.self_class[node], "__init__")
             info = self.instance_class(expr)
@@ -315,11 +317,12 @@ class Analysis(Handling):
             return row or frozenset()
         if node in self.nested:
             return self.demand_of(node)
-        module = self.modules.get(node.info.module_name if node.info else node.fullname)
-        if module is None:
-            module = self.modules.get(node.fullname.rpartition(".")[0])
-        if module is None or module.is_cache_skeleton or node.is_property or not has_body(node):
+        if node.is_property:
             return frozenset()
+        if not has_body(node):  # a body mypy freed, or from its cache: read the source
+            source = definition(self.modules, node)
+            row = body_performs(*source) if source is not None else None
+            return row or frozenset()
         return Analysis(self.modules, node, node.body.body).demand_of(node)
 
     def rng(self) -> str:
@@ -369,8 +372,8 @@ class Analysis(Handling):
             # handed over are called now (a lambda there is walked as one)
             assert fullname is not None
             for arg in foreign_callables(call, fullname):
-                if not isinstance(arg, LambdaExpr):
-                    row = self.row_of(arg)
+                if not (isinstance(arg, LambdaExpr) and any(arg is a for a in call.args)):
+                    row = self.row_of(arg)  # (a lambda in a list of branches: not walked)
                     if row:
                         return row, describe(arg)
             return None

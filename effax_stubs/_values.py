@@ -8,10 +8,12 @@ from typing import Final
 from mypy.nodes import (
     CallExpr,
     Context,
+    Expression,
     FuncItem,
     MemberExpr,
     MypyFile,
     NameExpr,
+    RefExpr,
     Statement,
     TypeInfo,
     WithStmt,
@@ -22,7 +24,14 @@ from mypy.types import AnyType, Instance, TupleType, Type, get_proper_type
 
 from ._calls import scope_stack
 from ._marks import declaration_of_type
-from ._names import PERFORMING, UNHASHABLE_CLASSES, callee_fullname, effax_name, keyword
+from ._names import (
+    PERFORMING,
+    UNHASHABLE_CLASSES,
+    callable_arguments,
+    callee_fullname,
+    effax_name,
+    keyword,
+)
 from ._report import HANDLER_TYPE, short
 from ._rows import Analysis
 from ._tree import descendants
@@ -108,15 +117,19 @@ def reaches_compiled(
     else:
         return None
     analysis = Analysis(modules, root, body)
+
+    def installs(expr: Expression) -> bool:  # the handler itself, or a variable holding it
+        return expr is call or (isinstance(expr, RefExpr) and analysis.value_of(expr) is call)
+
     for statement in body:
         for node in (statement, *descendants(statement)):
-            if isinstance(node, WithStmt) and any(e is call for e in node.expr):
+            if isinstance(node, WithStmt) and any(installs(e) for e in node.expr):
                 inner = (n for n in descendants(node.body) if isinstance(n, CallExpr))
                 return next((n for n in inner if _compiled_call(analysis, n, effect)), None)
             if (
                 isinstance(node, CallExpr)
                 and effax_name(callee_fullname(node.callee)) == "handle"
-                and any(a is call for a in node.args)
+                and any(installs(a) for a in node.args)
             ):
                 row = analysis.row_of(node.args[0]) if node.args else None
                 compiled = keyword(node, "transform") is not None and effect in (row or ())
@@ -127,9 +140,11 @@ def reaches_compiled(
 def _compiled_call(analysis: Analysis, call: CallExpr, effect: str) -> bool:
     """Whether `call` traces code performing `effect`: a compiled handled function
     (`effax.jit(f)`, `effax.handle(f, transform=...)`) or effax's control flow."""
-    if not analysis.compiled(call.callee) and effax_name(callee_fullname(call.callee)) not in (
-        PERFORMING
-    ):
+    name = effax_name(callee_fullname(call.callee))
+    if name in PERFORMING:  # control flow traces its functions, lambdas written there too
+        functions = callable_arguments(call, name)
+        return any(effect in (analysis.row_of(f) or ()) for f in functions)
+    if not analysis.compiled(call.callee):
         return False
     performed = analysis.performed(call)
     return performed is not None and effect in performed[0]

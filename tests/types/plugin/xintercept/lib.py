@@ -31,6 +31,16 @@ class LouderLoss(ScaledLoss):
     """Inherits its forwarding emit."""
 
 
+class CountingLoss(fx.Interceptor[fx.Emit[float]]):
+    """Counts every loss in the draws State outside it, then forwards it."""
+
+    def emit(self, value: float) -> None:
+        draws.modify(lambda n: n + 1)
+        outer = self.outer()
+        assert isinstance(outer, fx.Collector)
+        outer.emit(value)
+
+
 def counting_rate(outer: fx.Provider[float]) -> float:
     draws.modify(lambda n: n + 1)
     return outer.ask()

@@ -1,7 +1,17 @@
 """Cross-module cases: interceptors defined in `xintercept.lib`, installed here."""
 
 import effax as fx
-from xintercept.lib import LouderLoss, ScaledLoss, Silenced, counting_rate, losses, rate, report
+from xintercept.lib import (
+    CountingLoss,
+    LouderLoss,
+    ScaledLoss,
+    Silenced,
+    counting_rate,
+    draws,
+    losses,
+    rate,
+    report,
+)
 
 # case: a forwarding subclass from another module handles nothing alone
 with ScaledLoss(losses, 0.5):
@@ -32,6 +42,19 @@ with fx.handlers(*only):
     report(1.0)  # E: effax-unhandled
 
 
-# case: a function of another module as an interceptor's function forwards
+# case: a function of another module as an interceptor's function: it forwards, and performs what its body does (read from its source: mypy freed the body)
 with fx.intercept(rate, ask=counting_rate):
+    rate.ask()  # E: effax-unhandled, effax-unhandled
+with draws.init(0), fx.intercept(rate, ask=counting_rate):
     rate.ask()  # E: effax-unhandled: Effect "rate"
+with draws.init(0), rate.provide(1.0), fx.intercept(rate, ask=counting_rate):
+    rate.ask()
+with rate.provide(1.0), fx.intercept(rate, ask=counting_rate):
+    rate.ask()  # E: effax-unhandled: "effax.intercept(...)" performs effect "draws"
+
+
+# case: an Interceptor subclass of another module: its method's body read from its source
+with draws.init(0), losses.collect(), CountingLoss(losses, ()):
+    report(1.0)
+with losses.collect(), CountingLoss(losses, ()):
+    report(1.0)  # E: effax-unhandled: "CountingLoss(...)" performs effect "draws"
