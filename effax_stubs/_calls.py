@@ -11,6 +11,7 @@ from mypy.nodes import (
     Decorator,
     Expression,
     FuncItem,
+    IndexExpr,
     MemberExpr,
     MypyFile,
     Node,
@@ -30,6 +31,7 @@ __all__ = [
     "check_function",
     "check_module",
     "find_decorator",
+    "report_pending",
     "report_unhandled",
     "scope_stack",
 ]
@@ -169,9 +171,22 @@ def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
     return _Walked(module, analysis, around, pending, walker.setters)
 
 
-def calls_in(node: Node) -> Iterator[CallExpr]:
-    """The calls in `node` (itself included) that mypy calls a hook for."""
-    return (n for n in (node, *descendants(node)) if isinstance(n, CallExpr) and hooked(n))
+def calls_in(node: Node) -> Iterator[CallExpr | IndexExpr]:
+    """The calls in `node` (itself included) that mypy calls a hook for; and its
+    subscripts (`readers[0]`: the hook of a list's, tuple's or dict's `__getitem__`)."""
+    for n in (node, *descendants(node)):
+        if (isinstance(n, CallExpr) and hooked(n)) or isinstance(n, IndexExpr):
+            yield n
+
+
+def report_pending(api: CheckerPluginInterface, subscript: Context) -> None:
+    """Report what a walk of this module left pending on `subscript` (a module's walk
+    is never started from here: most subscripts have nothing to do with effax)."""
+    stack = scope_stack(api)
+    walked = _WALKED.get(stack[0].fullname) if stack and isinstance(stack[0], MypyFile) else None
+    if walked is not None and walked.module is stack[0]:
+        for node, missing, who in walked.pending.get(id(subscript), ()):
+            report_unhandled(api, node, missing, who)
 
 
 def report_unhandled(

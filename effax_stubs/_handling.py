@@ -26,7 +26,7 @@ from mypy.nodes import (
 )
 from mypy.types import Instance, get_proper_type
 
-from ._marks import Declaration, handles_of_type
+from ._marks import FORWARDS, INTERCEPTS, Declaration, handles_of_type, marks_of, members
 from ._names import (
     CALLING_METHODS,
     CONTAINERS,
@@ -143,16 +143,29 @@ class Handling(Scope):
     def intercepted_by(self, expr: Expression) -> Row:
         """The effect the interceptor `expr` intercepts (none where it is not one)."""
         interceptor = self.interceptor(expr)
-        declaration = self.intercepted(interceptor) if interceptor is not None else None
+        if interceptor is None:  # made in another module: its type says
+            return members(self.interceptor_marks(expr), INTERCEPTS)
+        declaration = self.intercepted(interceptor)
         return frozenset({declaration.fullname}) if declaration is not None else frozenset()
 
     def forwarded(self, expr: Expression) -> Row:
         """The effect an interceptor `expr` forwards to the handler outside it."""
         interceptor = self.interceptor(expr)
-        if interceptor is None or self.answers_alone(interceptor):
+        if interceptor is None:  # made in another module: its type says
+            marks = self.interceptor_marks(expr)
+            return members(marks, INTERCEPTS) if FORWARDS in marks else frozenset()
+        if self.answers_alone(interceptor):
             return frozenset()
         declaration = self.intercepted(interceptor)
         return frozenset({declaration.fullname}) if declaration is not None else frozenset()
+
+    def interceptor_marks(self, expr: Expression) -> frozenset[str]:
+        """The marks of the interceptor a module-level variable holds, made in a module
+        whose tree mypy freed (`effax.intercept`'s hook marks its type)."""
+        var = expr.node if isinstance(expr, RefExpr) else None
+        if isinstance(var, Var) and var not in self.locals and not self.rebound(var):
+            return marks_of(var.type)
+        return frozenset()
 
     def layers(self, expr: Expression, depth: int = 0) -> list[Expression]:
         """The handlers a handler expression installs, outermost first: those of an

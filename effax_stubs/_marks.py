@@ -17,7 +17,10 @@ from mypy.types import CallableType, ExtraAttrs, Instance, Type, get_proper_type
 from ._names import Row, has_star, is_effect_class, keyword, kind_of
 
 __all__ = [
+    "CODE",
     "DEFAULT",
+    "FORWARDS",
+    "INTERCEPTS",
     "Declaration",
     "EFFECT",
     "HANDLES",
@@ -25,6 +28,7 @@ __all__ = [
     "STATIC",
     "TRACED",
     "declaration_in",
+    "declaration_marks",
     "declaration_of_type",
     "handles_of_type",
     "marked_instance",
@@ -52,6 +56,11 @@ HANDLES: Final = "effax-handles"  # on a handler's type, with "effax-handles:<ef
 
 
 ROW: Final = "effax-row"  # on a function type's fallback, with "effax-row:<effect>"
+# on an interceptor's type (`effax.intercept(...)`), for other modules: the effect it
+# intercepts, whether it forwards it, and what its code performs ("effax-code:<effect>")
+INTERCEPTS: Final = "effax-intercepts"
+FORWARDS: Final = "effax-forwards"
+CODE: Final = "effax-code"
 
 
 def marks_of(typ: Type | None) -> frozenset[str]:
@@ -126,6 +135,16 @@ def declaration_of_type(typ: Type | None) -> Declaration | None:
         return None
     static = True if STATIC in marks else False if TRACED in marks else None
     return Declaration(names[0], kind_of(proper.type), static, DEFAULT in marks)
+
+
+def declaration_marks(declaration: Declaration) -> set[str]:
+    """The marks of a declaration's type: which effect it is, static or not, default."""
+    marks = {EFFECT + declaration.fullname}
+    if declaration.static is not None and declaration.kind == "Ask":
+        marks.add(STATIC if declaration.static else TRACED)
+    if declaration.default:
+        marks.add(DEFAULT)
+    return marks
 
 
 def declaration_in(value: CallExpr, fullname: str) -> Declaration | None:

@@ -29,7 +29,7 @@ from mypy.nodes import (
 from mypy.types import Instance, get_proper_type
 
 from ._handling import Handling
-from ._marks import Declaration, row_of_type
+from ._marks import CODE, Declaration, members, row_of_type
 from ._names import (
     OPERATIONS,
     PERFORMING,
@@ -291,8 +291,8 @@ class Analysis(Handling):
         they are written nor under the performer's row."""
         found: set[str] = set()
         interceptor = self.interceptor(expr)
-        if interceptor is None:
-            return frozenset()
+        if interceptor is None:  # made in another module: its type says
+            return members(self.interceptor_marks(expr), CODE)
         subclass = self.interceptor_class(interceptor)
         if subclass is not None:
             # a subclass of `effax.Interceptor` of the user's, `Clipped(meter, ())`: its

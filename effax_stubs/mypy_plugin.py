@@ -42,8 +42,10 @@ row added); a failure of its own analysis falls back to mypy's default behaviour
 (``EFFAX_MYPY_PLUGIN_DEBUG=1`` raises it). Supported mypy versions: `SUPPORTED_MYPY`;
 under any other version the plugin loads with no hooks and says so on stderr.
 
-Layout: this module holds the hooks; `_names` (what effax looks like to the
-plugin), `_marks` (declarations: markers in types), `_tree` (the syntax tree),
+Layout: this module holds the hooks; `_lookups` (what the names mypy asks about
+refer to), `_names` (what effax looks like to the plugin), `_marks` (declarations:
+markers in types), `_tree` (the syntax tree), `_source` (function bodies mypy freed,
+read from their file),
 `_scope` (what names in a body refer to), `_handling` (what handler expressions
 handle and forward), `_rows` (what code performs and declares), `_walker`
 (statements in order, with the handlers around each call), `_calls` (rules 1 and
@@ -52,24 +54,18 @@ handle and forward), `_rows` (what code performs and declares), `_walker`
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Final
 
 from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
     CallExpr,
-    LambdaExpr,
     MypyFile,
     NameExpr,
-    OverloadedFuncDef,
-    SymbolNode,
-    TypeInfo,
     Var,
 )
-from mypy.options import Options
 from mypy.plugin import (
     AttributeContext,
     ClassDefContext,
@@ -80,15 +76,15 @@ from mypy.plugin import (
 from mypy.plugins.functools import partial_call_callback, partial_new_callback
 from mypy.types import CallableType, TupleType, Type, get_proper_type
 
-from ._calls import check_function, check_module, scope_stack
-from ._handling import is_interceptor_class
+from ._calls import check_function, check_module, report_pending, scope_stack
+from ._lookups import Lookups
 from ._marks import (
-    DEFAULT,
-    EFFECT,
+    CODE,
+    FORWARDS,
     HANDLES,
-    STATIC,
-    TRACED,
+    INTERCEPTS,
     declaration_in,
+    declaration_marks,
     declaration_of_type,
     handles_of_type,
     row_marks,
@@ -108,12 +104,10 @@ from ._names import (
     effax_name,
     effect_operations,
     foreign_higher_order,
-    is_effect_class,
     is_handler_maker,
     kind_of,
 )
-from ._report import DEBUG_VARIABLE, HANDLER_TYPE, UNDECLARED, UNHANDLED
-from ._rows import Analysis, decorated_with_row
+from ._report import HANDLER_TYPE, UNDECLARED, UNHANDLED
 from ._tree import effect_operations_in, forwarding_methods, index_of
 from ._values import check_value
 
@@ -123,16 +117,11 @@ SUPPORTED_MYPY: Final = ((1, 20), (2, 5))
 """The mypy versions the plugin is tested with: at least the first, below the second."""
 
 
-# where no function with a row or user-defined effect can be: not looked up
-_NOT_USER_CODE: Final = ("builtins.", "typing.", "effax.", "jax.", "numpy.")
+_SUBSCRIPTS: Final = frozenset(f"builtins.{t}.__getitem__" for t in ("list", "tuple", "dict"))
 
 
-class EffaxPlugin(Plugin):
+class EffaxPlugin(Lookups):
     """Checks effect rows; see the module docstring."""
-
-    def __init__(self, options: Options) -> None:
-        super().__init__(options)
-        self._debug = os.environ.get(DEBUG_VARIABLE) == "1"
 
     # -- hook selection: effax's own functions, and functions with a row
 
@@ -166,6 +155,8 @@ class EffaxPlugin(Plugin):
         return None
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        if fullname in _SUBSCRIPTS:  # `readers[0](x)` at module level: reported from here
+            return self._subscript
         method = effax_method(fullname)
         if method is not None:
             kind, name = method
@@ -208,76 +199,6 @@ class EffaxPlugin(Plugin):
             return self._interceptor_class
         return None
 
-    def _lookup(self, fullname: str) -> SymbolNode | None:
-        if "." not in fullname:
-            return None
-        symbol = self.lookup_fully_qualified(fullname)
-        return symbol.node if symbol is not None else None
-
-    def _user_class(self, fullname: str) -> TypeInfo | None:
-        """The class of the user's code that `fullname` names, if it is one."""
-        if fullname.startswith(_NOT_USER_CODE):
-            return None
-        try:
-            node = self._lookup(fullname)
-            return node if isinstance(node, TypeInfo) else None
-        except Exception:
-            if self._debug:
-                raise
-        return None
-
-    def _user_effect(self, fullname: str) -> TypeInfo | None:
-        """The class `fullname` names, where it is a user-defined effect class."""
-        info = self._user_class(fullname)
-        return info if info and is_effect_class(info) and kind_of(info) is None else None
-
-    def _user_interceptor(self, fullname: str) -> bool:
-        """Whether `fullname` names a subclass of `effax.Interceptor` of the user's."""
-        info = self._user_class(fullname)
-        return info is not None and is_interceptor_class(info)
-
-    def _has_row(self, fullname: str) -> bool:
-        """Whether `fullname` names a function with an effect row (a call of one is
-        checked here at module level; inside functions, from their `effax.uses`)."""
-        if fullname.startswith(_NOT_USER_CODE):
-            return False
-        try:
-            node = self._lookup(fullname)
-            if isinstance(node, TypeInfo):  # a class whose `__init__` (or `__call__`:
-                # `Scale(3)(x)`, checked from the constructor's hook) has a row
-                return any(self._has_row(f"{node.fullname}.{m}") for m in ("__init__", "__call__"))
-            if isinstance(node, OverloadedFuncDef):  # an overload, or a property's setter
-                items = [node.impl] if node.impl is not None else node.items
-                return any(decorated_with_row(item) for item in items)
-            if isinstance(node, Var):  # a function with a row, or a lambda of the module
-                return row_of_type(node.type) is not None or isinstance(
-                    self._names().module_binding(node), LambdaExpr
-                )
-            return decorated_with_row(node)
-        except Exception:
-            if self._debug:
-                raise
-        return False
-
-    def _names(self) -> Analysis:
-        """An analysis of no body, made once: what names refer to, from any scope."""
-        self._no_body: Analysis = getattr(self, "_no_body", None) or Analysis(
-            self._module_map(), None, []
-        )
-        return self._no_body
-
-    def _module_map(self) -> Mapping[str, MypyFile]:
-        modules: Mapping[str, MypyFile] | None = getattr(self, "_modules", None)
-        return modules or {}
-
-    def _guarded(self, check: Callable[[], None]) -> None:
-        """Run one analysis; a failure of the plugin must not fail the user's mypy run."""
-        try:
-            check()
-        except Exception:
-            if self._debug:
-                raise
-
     # -- hooks that mark types
 
     def _declare(self, ctx: FunctionContext) -> Type:
@@ -286,33 +207,23 @@ class EffaxPlugin(Plugin):
 
         def check() -> None:
             stack = scope_stack(ctx.api)
-            if len(stack) != 1 or not isinstance(stack[0], MypyFile):
+            module = stack[0] if len(stack) == 1 and isinstance(stack[0], MypyFile) else None
+            assigned = index_of(module.defs).assigned if module is not None else {}
+            statement = assigned.get(id(ctx.context))
+            target = statement.lvalues[0] if statement and len(statement.lvalues) == 1 else None
+            if not isinstance(target, NameExpr) or not isinstance(ctx.context, CallExpr):
                 return
-            module = stack[0]
-            statement = index_of(module.defs).assigned.get(id(ctx.context))
-            if (
-                statement is not None
-                and len(statement.lvalues) == 1
-                and isinstance(statement.lvalues[0], NameExpr)
-            ):
-                assert isinstance(ctx.context, CallExpr)
-                fullname = f"{module.fullname}.{statement.lvalues[0].name}"
-                declaration = declaration_in(ctx.context, fullname)
-                if declaration is None:
-                    return
-                marks = {EFFECT + fullname}
-                if declaration.static is not None and declaration.kind == "Ask":
-                    marks.add(STATIC if declaration.static else TRACED)
-                if declaration.default:
-                    marks.add(DEFAULT)
-                result[0] = with_marks(ctx.default_return_type, marks)
-                var = statement.lvalues[0].node
-                if isinstance(var, Var) and not var.is_inferred and var.type is not None:
-                    # `x: fx.Ask[float] = ...` (or `Final[...]`): the variable has the
-                    # annotation's type, which is what other modules read, from
-                    # mypy's symbol tables and its incremental cache: mark it too
-                    var.type = with_marks(var.type, marks)
+            assert module is not None
+            declaration = declaration_in(ctx.context, f"{module.fullname}.{target.name}")
+            if declaration is None:
                 return
+            marks = declaration_marks(declaration)
+            result[0] = with_marks(ctx.default_return_type, marks)
+            var = target.node
+            if isinstance(var, Var) and not var.is_inferred and var.type is not None:
+                # `x: fx.Ask[float] = ...` (or `Final[...]`): the annotation's type is
+                # what other modules read (symbol tables, the cache): mark it too
+                var.type = with_marks(var.type, marks)
 
         self._guarded(check)
         return result[0]
@@ -411,17 +322,29 @@ class EffaxPlugin(Plugin):
         """`effax.intercept(effect, **ops)`: what it handles by itself (its effect where
         no function of it calls `outer`; else nothing)."""
         call = ctx.context
-        found = lambda: self._names().discharged(call) if isinstance(call, CallExpr) else None
-        return self._handles(ctx, found)
+        if not isinstance(call, CallExpr):
+            return ctx.default_return_type
+        names = self._names()
+        extra = lambda: (  # what other modules read from its type
+            {f"{INTERCEPTS}:{e}" for e in names.intercepted_by(call)}
+            | {f"{CODE}:{e}" for e in names.handler_code(call)}
+            | ({FORWARDS} if names.forwarded(call) else set())
+        )
+        return self._handles(ctx, lambda: names.discharged(call), extra)
 
-    def _handles(self, ctx: FunctionContext, found: Callable[[], Row | None]) -> Type:
+    def _handles(
+        self,
+        ctx: FunctionContext,
+        found: Callable[[], Row | None],
+        extra: Callable[[], set[str]] = set,
+    ) -> Type:
         """The type `ctx`'s call returns, marked with what `found()` says it handles."""
         result: list[Type] = [ctx.default_return_type]
 
         def mark() -> None:
             handled = found()
             if handled is not None:
-                marks = {HANDLES} | {f"{HANDLES}:{name}" for name in handled}
+                marks = {HANDLES} | {f"{HANDLES}:{name}" for name in handled} | extra()
                 result[0] = with_marks(ctx.default_return_type, marks)
 
         self._guarded(mark)
@@ -470,6 +393,10 @@ class EffaxPlugin(Plugin):
             info.metadata[METADATA] = {"forwards": forwarding_methods(ctx.cls)}
 
         self._guarded(record)
+
+    def _subscript(self, ctx: MethodContext) -> Type:
+        self._guarded(lambda: report_pending(ctx.api, ctx.context))
+        return ctx.default_return_type
 
     def _module_level(self, ctx: FunctionContext | MethodContext) -> Type:
         self._guarded(lambda: check_module(ctx.api, self._module_map(), ctx.context))

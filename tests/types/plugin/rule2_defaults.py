@@ -90,3 +90,10 @@ ask_later: Callable[[], float] = lambda: temperature.ask()
 ask_later()  # E: effax-unhandled: "ask_later" performs effect "temperature"
 with temperature.provide(1.0):
     ask_later()
+
+
+# case: a function read from a list written in place, called at module level
+readers = [scaled, scaled]
+readers[0](1.0)  # E: effax-unhandled: "readers" performs effect "temperature"
+with temperature.provide(1.0):
+    readers[1](1.0)

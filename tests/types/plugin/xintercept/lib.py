@@ -50,3 +50,7 @@ def counting_rate(outer: fx.Provider[float]) -> float:
 def report(x: float) -> float:
     losses.emit(x)
     return x
+
+
+COUNTING_RATE = fx.intercept(rate, ask=counting_rate)  # its type carries what it does
+PINNED_RATE = fx.intercept(rate, ask=lambda outer: 0.5)

@@ -58,3 +58,14 @@ with draws.init(0), losses.collect(), CountingLoss(losses, ()):
     report(1.0)
 with losses.collect(), CountingLoss(losses, ()):
     report(1.0)  # E: effax-unhandled: "CountingLoss(...)" performs effect "draws"
+
+
+# case: interceptors held in another module's variables (their module's tree is freed): their types say what they do
+from xintercept.lib import COUNTING_RATE, PINNED_RATE  # noqa: E402
+
+with COUNTING_RATE:
+    rate.ask()  # E: effax-unhandled, effax-unhandled
+with draws.init(0), rate.provide(1.0), COUNTING_RATE:
+    rate.ask()
+with PINNED_RATE:
+    rate.ask()

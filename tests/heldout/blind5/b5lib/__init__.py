@@ -1,0 +1,1 @@
+"""Helpers of the blind5 corpus: effect declarations, layers, interceptors, training."""
