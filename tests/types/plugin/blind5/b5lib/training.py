@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import optax
+import optax  # E: import-untyped
 
 import effax as fx
 from b5lib.effects import dropout as dkey
@@ -38,7 +38,7 @@ def train_step(x: jax.Array, y: jax.Array) -> jax.Array:
     opt_state_eff.set(new_opt)
     global_step.modify(lambda n: n + 1)
     loss_out.emit(loss)
-    return loss
+    return loss  # E: no-any-return
 
 
 @fx.uses(lr_eff, params_state)

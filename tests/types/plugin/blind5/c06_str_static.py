@@ -77,7 +77,7 @@ with lv.provide((1, 2, 3)):
     print(fx.jit(lambda x: x * len(lv.ask()))(o))
 
 # case: a static Ask of a tuple given a list anyway
-lv.provide([1, 2])  # type: ignore[arg-type]  # E: effax-handler-type
+lv.provide([1, 2])  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]  # E: effax-handler-type
 
 # case: a frozen config with a tuple inside, static
 with ef.net_config.provide(NetConfig(depth=3, widths=(2, 2, 2))):

@@ -36,7 +36,7 @@ def pre_scaled(x: jax.Array = scaled(ones)) -> jax.Array:  # E: effax-unhandled
 # case: a lambda default at module level, with and without a provider
 with tau.provide(jnp.float32(1.0)):
     offset = lambda x, t=tau.ask(): x + t
-print(offset(ones))
+print(offset(ones))  # E: no-untyped-call
 
 # case: a lambda default at module level, with and without a provider (the failing use)
 bad_offset = lambda x, t=tau.ask(): x + t  # E: effax-unhandled

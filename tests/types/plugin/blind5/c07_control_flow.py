@@ -44,7 +44,7 @@ count_mod = Count(jnp.float32(3.0))
 # case: effax.cond with an Equinox module as operand, its row covered
 @fx.uses(temp)
 def maybe_scale(go: jax.Array, x: jax.Array) -> jax.Array:
-    return fx.cond(go, lambda m, u: m(u), lambda m, u: u, scale_mod, x)
+    return fx.cond(go, lambda m, u: m(u), lambda m, u: u, scale_mod, x)  # E: no-any-return
 
 
 with temp.provide(jnp.float32(1.0)):
@@ -53,7 +53,7 @@ with temp.provide(jnp.float32(1.0)):
 # case: effax.cond with the module operand in a row that lacks its effect
 @fx.uses(counter)
 def maybe_scale_bad(go: jax.Array, x: jax.Array) -> jax.Array:
-    return fx.cond(go, lambda m, u: m(u), lambda m, u: u, scale_mod, x)  # E: effax-undeclared
+    return fx.cond(go, lambda m, u: m(u), lambda m, u: u, scale_mod, x)  # E: effax-undeclared, no-any-return
 
 
 with fx.handlers(temp.provide(jnp.float32(1.0)), counter.init(jnp.int32(0))):
@@ -65,12 +65,12 @@ fx.cond(True, lambda m, u: m(u), lambda m, u: u, count_mod, v)  # E: effax-unhan
 # case: effax.switch over lambdas bound to two module operands
 @fx.uses(temp, counter)
 def pick(i: jax.Array, x: jax.Array) -> jax.Array:
-    return fx.switch(i, [lambda a, b, u: a(u), lambda a, b, u: b(u)], scale_mod, count_mod, x)
+    return fx.switch(i, [lambda a, b, u: a(u), lambda a, b, u: b(u)], scale_mod, count_mod, x)  # E: no-any-return
 
 
 @fx.uses(temp)
 def pick_bad(i: jax.Array, x: jax.Array) -> jax.Array:
-    return fx.switch(i, [lambda a, b, u: a(u), lambda a, b, u: b(u)], scale_mod, count_mod, x)  # E: effax-undeclared
+    return fx.switch(i, [lambda a, b, u: a(u), lambda a, b, u: b(u)], scale_mod, count_mod, x)  # E: effax-undeclared, no-any-return
 
 
 with fx.handlers(temp.provide(jnp.float32(1.0)), counter.init(jnp.int32(0))) as pick_hs:
@@ -122,7 +122,7 @@ with fx.handlers(drops.seed(0), losslog.collect()):
 # case: a while_loop whose cond_fun reads the temperature
 limit_loop = lambda x: fx.while_loop(lambda c: jnp.sum(c) < 10 * temp.ask(), lambda c: c + 1.0, x)
 with temp.provide(jnp.float32(1.0)):
-    print(limit_loop(v))
+    print(limit_loop(v))  # E: no-untyped-call
 
 # case: a while_loop whose cond_fun reads the temperature (the failing use)
 fx.while_loop(lambda c: jnp.sum(c) < 10 * temp.ask(), lambda c: c + 1.0, v)  # E: effax-unhandled
