@@ -1,7 +1,8 @@
-"""Runtime check of the blind4 corpus: run every case, compare effax errors with the marks.
+"""Run-time check of a blind corpus: run every case, compare effax errors with the marks.
 
-Run:  XLA_FLAGS=--xla_force_host_platform_device_count=8 \
-      /work/main/.venvs/default/bin/python tests/heldout/blind4/_check_runtime.py
+Run (from the repository root):
+  XLA_FLAGS=--xla_force_host_platform_device_count=8 \
+      .venvs/default/bin/python tests/types/plugin/_check_runtime.py tests/types/plugin/blind5
 
 Each corpus file is parsed with `ast`; its preamble and then each case's top-level
 statements are executed one statement at a time (compiled with the file's name, so
@@ -36,7 +37,10 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-ROOT = Path(__file__).resolve().parent
+if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
+    raise SystemExit(f"usage: {sys.argv[0]} CORPUS_FOLDER (e.g. tests/types/plugin/blind4)")
+ROOT = Path(sys.argv[1]).resolve()
+sys.argv = sys.argv[:1]  # (the corpus's scripts parse their own command line)
 sys.path.insert(0, str(ROOT))
 
 import effax as fx  # noqa: E402
