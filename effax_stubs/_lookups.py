@@ -82,11 +82,13 @@ class Lookups(Plugin):
         return False
 
     def _names(self) -> Analysis:
-        """An analysis of no body, made once: what names refer to, from any scope."""
-        self._no_body: Analysis = getattr(self, "_no_body", None) or Analysis(
-            self._module_map(), None, []
-        )
-        return self._no_body
+        """An analysis of no body, made once per map of modules mypy gives the plugin:
+        what names refer to, from any scope."""
+        modules = self._module_map()
+        cached: Analysis | None = getattr(self, "_no_body", None)
+        if cached is None or cached.modules is not modules:
+            self._no_body = cached = Analysis(modules, None, [])
+        return cached
 
     def _module_map(self) -> Mapping[str, MypyFile]:
         modules: Mapping[str, MypyFile] | None = getattr(self, "_modules", None)

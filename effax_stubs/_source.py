@@ -59,15 +59,22 @@ def reads_first(function: ast.FunctionDef) -> bool:
 
 
 def body_performs(function: ast.FunctionDef, module: MypyFile) -> Row | None:
-    """The effects `function`'s body performs for sure, or None where it may install
-    handlers of its own (a `with` or a `try`: not followed here)."""
+    """The effects `function`'s body performs (in any branch, as rows count them), or
+    None where it may install handlers of its own (a `with` or a `try`: not followed
+    here). Names are the module's, but for the function's own locals."""
     found: set[str] = set()
-    for node in _body_nodes(function):
-        if isinstance(node, ast.With | ast.AsyncWith | ast.Try):
+    nodes = _body_nodes(function)
+    arguments = function.args
+    local = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+    local |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for node in nodes:
+        if isinstance(node, ast.With | ast.AsyncWith | ast.Try | ast.TryStar):
             return None
         if not isinstance(node, ast.Call):
             continue
         callee = node.func
+        if isinstance(callee, ast.Name | ast.Attribute) and _root(callee) in local:
+            continue
         if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name):
             target = _resolve(module, callee.value.id)
             if isinstance(target, Var):  # `steps.modify(...)`: an operation of an effect
@@ -88,6 +95,13 @@ def body_performs(function: ast.FunctionDef, module: MypyFile) -> Row | None:
         elif isinstance(callee, ast.Name):
             found |= _row_of_node(_resolve(module, callee.id))
     return frozenset(found)
+
+
+def _root(expr: ast.expr) -> str | None:
+    """The name an attribute chain starts from (`steps` for `steps.modify`)."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
 
 
 def _row_of_node(node: SymbolNode | None) -> Row:
