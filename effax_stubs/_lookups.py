@@ -3,8 +3,10 @@ row, a class of the user's), and the guard around every analysis."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Final
 
 from mypy.nodes import LambdaExpr, MypyFile, OverloadedFuncDef, SymbolNode, TypeInfo, Var
@@ -17,10 +19,19 @@ from ._names import is_effect_class, kind_of
 from ._report import DEBUG_VARIABLE
 from ._rows import Analysis, decorated_with_row
 
-__all__ = ["NOT_USER_CODE", "Lookups"]
+__all__ = ["NOT_USER_CODE", "Lookups", "sources_digest"]
 
 # where no function with a row or user-defined effect can be: not looked up
 NOT_USER_CODE: Final = ("builtins.", "typing.", "effax.", "jax.", "numpy.")
+
+
+def sources_digest(folder: Path = Path(__file__).parent) -> str:
+    """A digest of the `*.py` files in `folder` (the plugin's package), names and
+    contents, in order."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 class Lookups(Plugin):

@@ -77,7 +77,7 @@ from mypy.plugins.functools import partial_call_callback, partial_new_callback
 from mypy.types import CallableType, TupleType, Type, get_proper_type
 
 from ._calls import check_function, check_module, report_pending, scope_stack
-from ._lookups import Lookups
+from ._lookups import Lookups, sources_digest
 from ._marks import (
     CODE,
     FORWARDS,
@@ -112,6 +112,11 @@ from ._tree import effect_operations_in, forwarding_methods, index_of
 from ._values import check_value
 
 __all__ = ["HANDLER_TYPE", "SUPPORTED_MYPY", "UNDECLARED", "UNHANDLED", "EffaxPlugin", "plugin"]
+
+__version__: Final = sources_digest()
+"""A digest of the plugin's sources: mypy keys its incremental cache by a plugin
+module's file and its ``__version__``, so a change in any of the plugin's modules
+(an upgrade of effax) checks the user's modules again instead of replaying old reports."""
 
 SUPPORTED_MYPY: Final = ((1, 20), (2, 5))
 """The mypy versions the plugin is tested with: at least the first, below the second."""

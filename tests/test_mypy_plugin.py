@@ -392,3 +392,20 @@ def test_module_level_code_is_walked_once_per_module(tmp_path, monkeypatch, libr
     assert out.count("[effax-unhandled]") == 2, out
     for program, last in programs:
         assert f"{program.name}:{last}:" in out, out
+
+
+def test_the_plugin_version_follows_every_module_of_the_plugin(tmp_path):
+    """mypy keys its incremental cache by a plugin module's file and `__version__`
+    (`mypy.build.take_module_snapshot`): a change in any other module of the plugin
+    (an upgrade of effax) must change it, or mypy replays stale reports."""
+    from mypy.build import take_module_snapshot
+
+    from effax_stubs import mypy_plugin
+    from effax_stubs._lookups import sources_digest
+
+    assert mypy_plugin.__version__ in take_module_snapshot(mypy_plugin)
+    copy = tmp_path / "effax_stubs"
+    shutil.copytree(ROOT / "effax_stubs", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert sources_digest(copy) == mypy_plugin.__version__
+    (copy / "_rows.py").write_text((copy / "_rows.py").read_text() + "# changed\n")
+    assert sources_digest(copy) != mypy_plugin.__version__
