@@ -29,10 +29,9 @@ run_suite() {  # run_suite NAME HYPOTHESIS_PROFILE [TEST PATH...]
   local name="$1" env=".venvs/$1" profile="$2"
   shift 2
   echo "==> $name: $("$env/bin/python" -c 'import sys, jax; print(f"python {sys.version.split()[0]}, jax {jax.__version__}")')"
-  # one pytest worker per core (pytest-xdist); PYTEST_WORKERS=0 runs in one process;
-  # a module's tests marked with one xdist_group run on one worker (loadgroup)
+  # one pytest worker per core (pytest-xdist); PYTEST_WORKERS=0 runs in one process
   HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-$profile}" "$env/bin/python" -m pytest \
-    -n "${PYTEST_WORKERS:-auto}" --dist loadgroup "$@" "${PYTEST_ARGS[@]}"
+    -n "${PYTEST_WORKERS:-auto}" "$@" "${PYTEST_ARGS[@]}"
 }
 
 # Each stage's wall time, listed at the end (where the time goes); a stage's start shows

@@ -41,10 +41,6 @@ import textwrap
 
 import pytest
 
-# one pytest-xdist worker runs them all (`--dist loadgroup`): the libraries' mypy
-# cache and the corpus's report are made once, not once per worker
-pytestmark = pytest.mark.xdist_group("mypy_plugin")
-
 ROOT = pathlib.Path(__file__).parent.parent
 CORPUS = ROOT / "tests" / "types" / "plugin"
 CONFIG = CORPUS / "mypy.ini"
