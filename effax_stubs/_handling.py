@@ -28,7 +28,7 @@ from mypy.types import Instance, get_proper_type
 
 from ._marks import FORWARDS, INTERCEPTS, Declaration, handles_of_type, marks_of, members
 from ._names import (
-    CALLING_METHODS,
+    BUILTIN_CALLING,
     CONTAINERS,
     FOREIGN_PACKAGES,
     HANDLER_MAKERS,
@@ -62,7 +62,7 @@ class Handling(Scope):
         interceptor = self.interceptor(expr)
         if interceptor is not None:
             # it forwards to the handler outside it, so it handles its effect only
-            # where it answers each operation with a function that never calls `outer`
+            # where it answers an operation with a function that never calls `outer`
             declaration = self.intercepted(interceptor)
             alone = declaration is not None and self.answers_alone(interceptor)
             return frozenset({declaration.fullname}) if alone and declaration else frozenset()
@@ -122,15 +122,17 @@ class Handling(Scope):
         return self.declaration(effect) if effect is not None else None
 
     def answers_alone(self, call: CallExpr) -> bool:
-        """Whether the interceptor `call` makes answers every operation of its effect
-        with a function that never calls `outer` (its first parameter): then it
-        handles the effect by itself, as run time does (no handler outside needed)."""
+        """Whether the interceptor `call` makes answers an operation of its effect with
+        a function that never calls `outer` (its first parameter). Then it may handle
+        what is performed under it by itself, as run time does (no handler outside
+        needed): rows name effects, not operations, so one that answers some of them
+        and forwards others counts as handling its effect (an upper bound)."""
         operations = self.operations_of(call)
         subclass = self.interceptor_class(call)
         if subclass is not None:  # its methods, which forward with `self.outer()`
-            return bool(operations) and not any(forwards(subclass, op) for op in operations)
+            return any(not forwards(subclass, op) for op in operations)
         given = {name: arg for name, arg in zip(call.arg_names, call.args, strict=True) if name}
-        return bool(operations) and all(
+        return any(
             name in given and _ignores_outer(given[name], self.modules) for name in operations
         )
 
@@ -190,7 +192,7 @@ class Handling(Scope):
         fullname = callee_fullname(callee)
         if fullname in STORING:
             return True
-        if not isinstance(callee, MemberExpr) or callee.name in CALLING_METHODS:
+        if not isinstance(callee, MemberExpr) or self.method_fullname(callee) in BUILTIN_CALLING:
             return False
         info = self.instance_class(callee.expr)
         receiver = callee.expr

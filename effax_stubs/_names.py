@@ -23,7 +23,6 @@ from mypy.types import CallableType, Instance, get_proper_type
 
 __all__ = [
     "BUILTIN_CALLING",
-    "CALLING_METHODS",
     "CONTAINERS",
     "FOREIGN_CALLING",
     "FOREIGN_PACKAGES",
@@ -36,6 +35,7 @@ __all__ = [
     "OPERANDS",
     "OPERANDS_START",
     "lambda_arguments",
+    "walked_in_place",
     "MAKERS",
     "OPERATIONS",
     "EFFAX_NNX",
@@ -155,6 +155,14 @@ def lambda_arguments(call: CallExpr) -> list[tuple[LambdaExpr, list[Expression |
     return found
 
 
+def walked_in_place(call: CallExpr) -> list[LambdaExpr]:
+    """The lambdas `call` is given that count where it is made (the walker walks them
+    there): its arguments, and the items of a list of branches given to control flow
+    (`effax.switch(i, [lambda m, x: m(x), ...], m, x)`)."""
+    given = [arg for arg in call.args if isinstance(arg, LambdaExpr)]
+    return given + [f for f, _ in lambda_arguments(call) if not any(f is g for g in given)]
+
+
 # wrappers returning a function with the row of their first argument
 RETURNING: Final = frozenset({"jit", "grad", "value_and_grad", "vmap", "checkpoint", "shard_map"})
 
@@ -213,6 +221,7 @@ BUILTIN_CALLING: Final = {
     "builtins.map": ((0,), ()),
     "builtins.filter": ((0,), ()),
     "builtins.sorted": ((), ("key",)),
+    "builtins.list.sort": ((), ("key",)),  # `xs.sort(key=f)`, by the receiver's class
     "builtins.min": ((), ("key",)),
     "builtins.max": ((), ("key",)),
     "functools.reduce": ((0,), ()),
@@ -239,7 +248,7 @@ STORING: Final = frozenset(
         "signal.signal",
     }
 )
-# containers, whose methods store what they are given (but for `CALLING_METHODS`)
+# containers, whose methods store what they are given (but for those in `BUILTIN_CALLING`)
 CONTAINERS: Final = frozenset(
     {
         "builtins.list",
@@ -251,7 +260,6 @@ CONTAINERS: Final = frozenset(
         "queue.Queue",
     }
 )
-CALLING_METHODS: Final = frozenset({"sort"})  # `xs.sort(key=f)` calls `f` at once
 
 
 def foreign_higher_order(fullname: str | None) -> str | None:

@@ -45,6 +45,7 @@ from ._names import (
     foreign_higher_order,
     function_argument,
     keyword,
+    walked_in_place,
 )
 from ._report import describe
 from ._source import body_performs, definition
@@ -360,20 +361,21 @@ class Analysis(Handling):
         name = effax_name(fullname)
         if name is not None and name in PERFORMING:
             found: set[str] = set()
+            in_place = walked_in_place(call)
             for function in callable_arguments(call, name):
-                passed = isinstance(function, LambdaExpr) and any(
-                    function is arg for arg in call.args
-                )
-                if not passed:  # a lambda passed as an argument is walked as such
+                if not any(function is f for f in in_place):  # (walked where it is)
                     found |= self.row_of(function) or frozenset()
             return frozenset(found), f"effax.{name}"
+        if fullname is None and isinstance(callee, MemberExpr):
+            fullname = self.method_fullname(callee)  # `xs.sort(key=f)`
         if foreign_higher_order(fullname) == "calls":
             # `jax.lax.scan(step, ...)`, `map(f, xs)`, `sorted(xs, key=f)`: the functions
             # handed over are called now (a lambda there is walked as one)
             assert fullname is not None
+            in_place = walked_in_place(call)
             for arg in foreign_callables(call, fullname):
-                if not (isinstance(arg, LambdaExpr) and any(arg is a for a in call.args)):
-                    row = self.row_of(arg)  # (a lambda in a list of branches: not walked)
+                if not any(arg is f for f in in_place):
+                    row = self.row_of(arg)
                     if row:
                         return row, describe(arg)
             return None

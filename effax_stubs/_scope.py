@@ -12,21 +12,28 @@ from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
     CallExpr,
+    Decorator,
+    DictExpr,
+    DictionaryComprehension,
     Expression,
     FuncDef,
     FuncItem,
     IndexExpr,
     IntExpr,
+    ListComprehension,
     ListExpr,
+    MemberExpr,
     MypyFile,
     RefExpr,
+    SetComprehension,
+    SetExpr,
     Statement,
     SymbolNode,
     TupleExpr,
     TypeInfo,
     Var,
 )
-from mypy.types import Instance, TupleType, get_proper_type
+from mypy.types import CallableType, Instance, TupleType, get_proper_type
 
 from ._marks import Declaration, declaration_in, declaration_of_type
 from ._names import Row, callee_fullname
@@ -184,12 +191,27 @@ class Scope:
             return declaration_in(value, expr.node.fullname)
         return None
 
+    def method_fullname(self, callee: MemberExpr) -> str | None:
+        """The full name of the method `callee` names (`builtins.list.sort` for
+        `xs.sort`), as its receiver's class or a base defines it; None where the
+        receiver's class is not plain to see."""
+        info = self.instance_class(callee.expr)
+        for base in info.mro if info is not None else ():
+            if callee.name in base.names:
+                return f"{base.fullname}.{callee.name}"
+        return None
+
     def instance_class(self, expr: Expression, depth: int = 0) -> TypeInfo | None:
         """The class of the instance `expr` evaluates to, where it is plain to see."""
         if depth > 20:
             return None
         if isinstance(expr, CallExpr):
-            return self.constructed(expr.callee, depth + 1)
+            return self.constructed(expr.callee, depth + 1) or returned_class(expr.callee)
+        display = _DISPLAYS.get(type(expr))  # `[3.0, 1.0]`, its type not inferred yet
+        if display is not None:
+            builtins = self.modules.get("builtins")
+            symbol = builtins.names.get(display) if builtins is not None else None
+            return symbol.node if symbol is not None and isinstance(symbol.node, TypeInfo) else None
         if not isinstance(expr, RefExpr) or not isinstance(expr.node, Var):
             return None
         var = expr.node
@@ -251,3 +273,26 @@ class Scope:
             elif kind != ARG_NAMED:
                 return None
         return found
+
+
+_DISPLAYS: Final = {
+    ListExpr: "list",
+    ListComprehension: "list",
+    DictExpr: "dict",
+    DictionaryComprehension: "dict",
+    SetExpr: "set",
+    SetComprehension: "set",
+}
+
+
+def returned_class(callee: Expression) -> TypeInfo | None:
+    """The class of what calling the function `callee` returns, by its annotation:
+    read where its call's type is not inferred yet (a module's walk runs at its first
+    hook, before mypy reaches the statements below it). A decorated function's own
+    annotation stands in until its decorated type is inferred."""
+    node = callee.node if isinstance(callee, RefExpr) else None
+    if isinstance(node, Decorator):
+        node = node.var if node.var.type is not None else node.func
+    typ = get_proper_type(node.type) if isinstance(node, FuncDef | Var) else None
+    returned = get_proper_type(typ.ret_type) if isinstance(typ, CallableType) else None
+    return returned.type if isinstance(returned, Instance) else None

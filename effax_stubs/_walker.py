@@ -46,6 +46,7 @@ from ._names import (
     function_argument,
     lambda_arguments,
     positional_args,
+    walked_in_place,
 )
 from ._report import Sink, describe
 from ._scope import FORWARDED, trigger, triggered, triggered_effect
@@ -274,13 +275,19 @@ class Walker:
         # is installed, under the handlers outside it (see `install`).
         handler_code = name == "intercept"
         self.enclosing.append(node)
+        in_place = walked_in_place(node)
         for child in [node.callee, *node.args]:
-            if isinstance(child, LambdaExpr):
-                self.visit_defaults(child)
-                if child is not skip and not user_function and not handler_code:
-                    self.visit(child.body)  # a lambda counts where it is handed over
-            else:
-                self.visit(child)
+            # (a list of branches, `effax.switch(i, [lambda ...], ...)`: each counts so)
+            items = child.items if isinstance(child, ListExpr | TupleExpr) else [child]
+            if not any(item is f for item in items for f in in_place):
+                items = [child]
+            for item in items:
+                if isinstance(item, LambdaExpr):
+                    self.visit_defaults(item)
+                    if item is not skip and not user_function and not handler_code:
+                        self.visit(item.body)  # a lambda counts where it is handed over
+                else:
+                    self.visit(item)
         self.enclosing.pop()
         # (a parameter bound to what it is called with has no hook: checked here)
         parameter = isinstance(node.callee, RefExpr) and node.callee.node in self.analysis.arguments

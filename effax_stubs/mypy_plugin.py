@@ -175,6 +175,8 @@ class EffaxPlugin(Lookups):
         owner, _, name = fullname.rpartition(".")
         if effax_name(owner) == "Compiled" and name in ("__call__", "trace", "lower"):
             return self._module_level  # a compiled handled function, `effax.jit(f)`
+        if foreign_higher_order(fullname) == "calls":
+            return self._module_level  # `xs.sort(key=f)`
         if name == "__call__" and owner.startswith(HIGHER_ORDER_PACKAGES):
             return self._module_level  # a function JAX transformed (`jax.jit(f)`)
         if self._has_row(fullname):

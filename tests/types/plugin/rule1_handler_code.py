@@ -140,10 +140,32 @@ with fx.intercept(log, emit=lambda outer, v: None):
     log.emit(1.0)
 
 
-# case: an interceptor that answers some operations by itself forwards the others
+# case: an interceptor that answers some operations by itself handles its effect
+# (run time: `get` is answered with no State outside; rows name effects, not
+# operations, so the `set` it forwards to nothing is not seen: docs/typing.md)
 with fx.intercept(steps, get=lambda outer: 3):
-    steps.get()  # E: effax-unhandled
+    steps.get()
+with fx.intercept(steps, get=lambda outer: 3):
+    steps.set(2)  # limit: a forwarded operation of an effect the interceptor answers in part
 with fx.intercept(steps, get=lambda outer: 3, set=lambda outer, v: None, modify=lambda outer, f: 3):
+    steps.get()
+
+
+# case: an Interceptor subclass answering one operation by itself handles its effect too
+# (blind6: `get` overridden without `self.outer()`, `set` and `modify` inherited)
+class FreeSteps(fx.Interceptor[fx.State[int]]):
+    def get(self) -> int:
+        return 0
+
+
+with FreeSteps(steps, ()):
+    steps.get()
+
+
+# case: one that answers none of them by itself forwards them all
+with fx.intercept(steps, get=lambda outer: outer.get() + 1):
+    steps.get()  # E: effax-unhandled
+with steps.init(0), fx.intercept(steps, get=lambda outer: outer.get() + 1):
     steps.get()
 
 

@@ -64,7 +64,7 @@ def other_wrappers(flag: jax.Array) -> None:
     fx.while_loop(lambda c: c < 3, lambda c: step(c, jax.numpy.zeros(()))[0], 0)  # E: effax-undeclared: "step" performs effect "steps"
     fx.cond(flag, loss, lambda x: x, jax.numpy.ones(()))  # E: effax-undeclared: "effax.cond" performs effect "temperature"
     fx.switch(0, [loss, loss], jax.numpy.ones(()))  # E: effax-undeclared: "effax.switch"
-    fx.switch(0, [lambda x: x * temperature.ask()], jax.numpy.ones(()))  # E: effax-undeclared: "effax.switch"
+    fx.switch(0, [lambda x: x * temperature.ask()], jax.numpy.ones(()))  # E: effax-undeclared: "temperature"
     fx.map(loss, jax.numpy.ones(3))  # E: effax-undeclared: "effax.map"
 
 

@@ -96,3 +96,21 @@ with count.init(jnp.int32(0)):
     fxn.remat(lambda mm, u: mm(u))(noisy, jnp.ones(2))
     fx.cond(True, lambda mm: mm(jnp.ones(2)), lambda mm: jnp.ones(2), noisy)
 fx.cond(True, lambda mm: mm(jnp.ones(2)), lambda mm: jnp.ones(2), noisy)  # E: effax-unhandled
+
+
+# case: a list of branches at module level, each bound to the operands (blind6)
+with count.init(jnp.int32(0)):
+    fxn.switch(1, [lambda mm, u: u, lambda mm, u: mm(u)], noisy, jnp.ones(2))
+fxn.switch(1, [lambda mm, u: u, lambda mm, u: mm(u)], noisy, jnp.ones(2))  # E: effax-unhandled: "mm" performs effect "count"
+
+
+# case: a module made by a function below the module's first hook: its annotation says
+# its class before mypy infers the call (blind6)
+def make_noisy() -> Noisy:
+    return Noisy()
+
+
+made = make_noisy()
+with count.init(jnp.int32(0)):
+    fxn.vmap(lambda mm, u: mm(u), in_axes=(None, 0))(made, jnp.ones((3, 2)))
+fxn.vmap(lambda mm, u: mm(u), in_axes=(None, 0))(made, jnp.ones((3, 2)))  # E: effax-unhandled

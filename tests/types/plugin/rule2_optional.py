@@ -98,3 +98,13 @@ with temperature.provide(1.0):
 @fx.uses()
 def sorts_in_place(xs: list[float]) -> None:
     xs.sort(key=lambda x: x * temperature.ask())  # E: effax-undeclared
+
+
+# case: a list sorted in place at module level calls its key there (blind6; the list's
+# type is not inferred yet where the module's walk reads it: its display says it)
+ordered = [3.0, 1.0]
+ordered.sort(key=scaled)  # E: effax-unhandled
+with temperature.provide(2.0):
+    ordered.sort(key=scaled)
+copied = list(ordered)
+copied.sort(reverse=True, key=scaled)  # E: effax-unhandled
