@@ -206,7 +206,7 @@ class Scope:
         if depth > 20:
             return None
         if isinstance(expr, CallExpr):
-            return self.constructed(expr.callee, depth + 1) or returned_class(expr.callee)
+            return self.constructed(expr.callee, depth + 1) or _returned_class(expr.callee)
         display = _DISPLAYS.get(type(expr))  # `[3.0, 1.0]`, its type not inferred yet
         if display is not None:
             builtins = self.modules.get("builtins")
@@ -285,7 +285,7 @@ _DISPLAYS: Final = {
 }
 
 
-def returned_class(callee: Expression) -> TypeInfo | None:
+def _returned_class(callee: Expression) -> TypeInfo | None:
     """The class of what calling the function `callee` returns, by its annotation:
     read where its call's type is not inferred yet (a module's walk runs at its first
     hook, before mypy reaches the statements below it). A decorated function's own
