@@ -34,15 +34,24 @@ run_suite() {  # run_suite NAME HYPOTHESIS_PROFILE [TEST PATH...]
     -n "${PYTEST_WORKERS:-auto}" "$@" "${PYTEST_ARGS[@]}"
 }
 
-# Each stage's wall time, listed at the end (where the time goes); a stage's start shows
-# the time since the start of the script.
+# Each stage's wall time and how busy the machine's cores were during it (from
+# /proc/stat, where there is one: idle cores are time a stage could give back), listed
+# at the end (where the time goes); a stage's start shows the time since the start.
 STAGES=()
 stage_name="" stage_start=$SECONDS
+cpu_ticks() {  # "BUSY IDLE", the machine's CPU time so far, in clock ticks
+  if [ -r /proc/stat ]; then awk '/^cpu /{print $2+$3+$4+$7+$8, $5+$6}' /proc/stat; else echo "0 0"; fi
+}
+read -r busy_start idle_start < <(cpu_ticks)
 stage() {  # stage NAME: end the stage running (if any), start NAME
+  local busy idle
+  read -r busy idle < <(cpu_ticks)
   if [ -n "$stage_name" ]; then
-    STAGES+=("$(printf '%4ds  %s' $((SECONDS - stage_start)) "$stage_name")")
+    local total=$((busy - busy_start + idle - idle_start))
+    STAGES+=("$(printf '%4ds  %3d%% busy  %s' $((SECONDS - stage_start)) \
+      $((total > 0 ? 100 * (busy - busy_start) / total : 0)) "$stage_name")")
   fi
-  stage_name="$1" stage_start=$SECONDS
+  stage_name="$1" stage_start=$SECONDS busy_start=$busy idle_start=$idle
   if [ -n "$1" ]; then echo "==> $1 (at $((SECONDS / 60))m$((SECONDS % 60))s)"; fi
 }
 
@@ -73,6 +82,9 @@ fi
 JAX_INDEPENDENT=(
   tests/test_mypy_plugin.py tests/test_plugin_tables.py tests/test_layout.py tests/test_version.py
 )
+# What the static lanes below already check, deselected from the suites here (pytest
+# alone still runs it): pyright over tests/types/, which each lane's pyright covers.
+CHECKED_ABOVE=(--deselect tests/test_typing.py::test_pyright)
 export XLA_FLAGS="${XLA_FLAGS:---xla_force_host_platform_device_count=8}"
 
 PY_DEFAULT="$(command -v python3)"
@@ -83,18 +95,23 @@ if ! PY312="$(find_py312)"; then
   exit 3
 fi
 
+# uv, taken once before the environments are made side by side (scripts/_env.sh)
+uv_bin >/dev/null || echo "==> uv could not be had: pip makes the environments"
 # The Python 3.12 environments are made in the background while the default one is
 # made and checked (pip waits mostly on the network and the disk); each is waited for
-# where it is first used, and its log shown if it failed.
+# where it is first used (from any lane: its exit status is written to a file), and
+# its log shown if it failed.
 logs="$(mktemp -d)"
-make_env py312 "$PY312" "[dev,docs]" "jax==$JAX_PY312" "jaxlib==$JAX_PY312" >"$logs/py312" 2>&1 &
-pid_py312=$!
-make_env py312-jax011 "$PY312" "[test]" "jax==$JAX_MIDDLE" "jaxlib==$JAX_MIDDLE" >"$logs/py312-jax011" 2>&1 &
-pid_py312_jax011=$!
-await_env() {  # await_env NAME PID
-  if ! wait "$2"; then
+make_env_in_background() {  # make_env_in_background NAME ARGS...: make_env NAME ARGS... &
+  (set +e; make_env "$@" >"$logs/$1" 2>&1; echo $? >"$logs/$1.status") &
+}
+make_env_in_background py312 "$PY312" "[dev,docs]" "jax==$JAX_PY312" "jaxlib==$JAX_PY312"
+make_env_in_background py312-jax011 "$PY312" "[test]" "jax==$JAX_MIDDLE" "jaxlib==$JAX_MIDDLE"
+await_env() {  # await_env NAME
+  while [ ! -s "$logs/$1.status" ]; do sleep 0.5; done
+  if [ "$(cat "$logs/$1.status")" != 0 ]; then
     cat "$logs/$1" >&2
-    echo "ERROR: making .venvs/$1 failed (its pip output is above)." >&2
+    echo "ERROR: making .venvs/$1 failed (its output is above)." >&2
     exit 1
   fi
   cat "$logs/$1"
@@ -102,34 +119,48 @@ await_env() {  # await_env NAME PID
 stage "environment: default"
 make_env default "$PY_DEFAULT" "[dev,docs]" "jax==$JAX_DEFAULT" "jaxlib==$JAX_DEFAULT"
 
-stage "ruff"
-.venvs/default/bin/ruff check .
-.venvs/default/bin/ruff format --check .
-stage "mypy --strict effax/ effax_stubs/"
-.venvs/default/bin/mypy --strict effax effax_stubs
-stage "pyright: examples/, tests/types/, the docs' code cells (with jax $JAX_DEFAULT's annotations)"
-.venvs/default/bin/pyright --pythonpath .venvs/default/bin/python
-.venvs/default/bin/python scripts/pyright_docs.py
-
-# the wheel a user installs, in a fresh environment without the checkout (about 30 s)
-stage "wheel"
-bash scripts/wheel_smoke.sh "$JAX_DEFAULT"
+# The static checks run in two lanes, one per core (each is one process): the linters
+# and type checkers with jax $JAX_DEFAULT here, the wheel and the type checkers with
+# jax $JAX_PY312 beside them. A lane's output is shown whole when it ends.
+checks_default() {
+  echo "--> ruff"
+  .venvs/default/bin/ruff check .
+  .venvs/default/bin/ruff format --check .
+  echo "--> mypy --strict effax/ effax_stubs/ (jax $JAX_DEFAULT)"
+  .venvs/default/bin/mypy --strict effax effax_stubs
+  echo "--> pyright: examples/, tests/types/, the docs' code cells (jax $JAX_DEFAULT's annotations)"
+  .venvs/default/bin/pyright --pythonpath .venvs/default/bin/python
+  .venvs/default/bin/python scripts/pyright_docs.py
+}
+checks_wheel_and_py312() {
+  # the wheel a user installs, in a fresh environment without the checkout
+  bash scripts/wheel_smoke.sh "$JAX_DEFAULT"
+  await_env py312
+  echo "--> mypy --strict and pyright with jax $JAX_PY312"
+  .venvs/py312/bin/mypy --strict effax effax_stubs
+  .venvs/py312/bin/pyright --pythonpath .venvs/py312/bin/python
+  .venvs/py312/bin/python scripts/pyright_docs.py
+}
+stage "static checks: ruff, mypy --strict, pyright (jax $JAX_DEFAULT and $JAX_PY312), the wheel"
+checks_wheel_and_py312 >"$logs/lane" 2>&1 &
+pid_lane=$!
+checks_default
+if ! wait "$pid_lane"; then
+  cat "$logs/lane" >&2
+  echo "ERROR: the wheel or the checks with jax $JAX_PY312 failed (output above)." >&2
+  exit 1
+fi
+cat "$logs/lane"
 
 # 500 generated programs per generator on the default JAX, 100 on each of the others
 stage "tests: default"
-run_suite default ci
+run_suite default ci "${CHECKED_ABOVE[@]}"
 
-stage "environment: py312 (the rest of its making)"
-await_env py312 "$pid_py312"
-stage "mypy --strict and pyright with jax $JAX_PY312"
-.venvs/py312/bin/mypy --strict effax effax_stubs
-.venvs/py312/bin/pyright --pythonpath .venvs/py312/bin/python
-.venvs/py312/bin/python scripts/pyright_docs.py
 stage "tests: py312"
-run_suite py312 ci-small "${JAX_INDEPENDENT[@]/#/--ignore=}"
+run_suite py312 ci-small "${JAX_INDEPENDENT[@]/#/--ignore=}" "${CHECKED_ABOVE[@]}"
 
 stage "environment: py312-jax011 (the rest of its making)"
-await_env py312-jax011 "$pid_py312_jax011"
+await_env py312-jax011
 stage "tests: py312-jax011 (core suite)"
 run_suite py312-jax011 ci-small "${CORE_SUITE[@]}"
 stage "docs: every page executed (one page per core at a time), warnings as errors"
