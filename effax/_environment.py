@@ -6,7 +6,9 @@ each effect the function looks up, the environment records
 - a plumbed handler: its effect, class and `Fields`, the interceptors around it
   (its chain's static wrappers, `_intercept.chain_of`: the handler plumbed for an
   interceptor is the one it reaches), and its static export, compared as
-  ``jax.jit`` compares static arguments (type included). Its const and
+  ``jax.jit`` compares static arguments (type included); where handler code runs
+  (an interceptor, a handler class of the user's), the install order of the
+  handlers found, which decides what that code sees (`install_order`). Its const and
   carry are passed in as arguments (its program's `Plan` says which), so their
   tree structure, shapes, dtypes and None-ness are part of ``jax.jit``'s own cache
   key;
@@ -24,7 +26,7 @@ from typing import Any, NamedTuple
 from . import _context
 from ._boundary import cannot_compile, unplumbable
 from ._effect import Effect
-from ._intercept import Chain
+from ._intercept import Chain, Interceptor
 from ._plan import Plan
 from ._protocol import Export, Handler, check_home, fields_of
 from ._visible import Chains, chain_of
@@ -35,6 +37,7 @@ __all__ = [
     "Exports",
     "Key",
     "export_of",
+    "install_order",
     "Resolved",
     "plan_of",
     "plumbed_keys",
@@ -46,9 +49,9 @@ __all__ = [
 # a `Blocked` marker): its handler was installed behind a staging trace.
 UNREACHABLE = "unreachable"
 
-# One looked-up effect: (effect, what was found, static export). `what` is
-# (class, fields, wrappers) for a plumbed handler, else None, a `Blocked` marker or
-# `UNREACHABLE`; the static export is ``(type, value)`` or None.
+# One looked-up effect: (effect, what was found, static export). `what` is (class,
+# fields, wrappers, install order or None) for a plumbed handler, else None, a
+# `Blocked` marker or `UNREACHABLE`; the static export is ``(type, value)`` or None.
 Key = tuple[Effect[Any], Any, Any]
 Environment = tuple[Key, ...]
 
@@ -128,11 +131,47 @@ def resolve(
             why = unplumbable(handler.effect, export, "a compiled call", keyed=True)
             if why is not None:
                 raise cannot_compile(why)
+    # Handler code (an interceptor's functions, a handler class's operations) sees
+    # the handlers installed before it, not those after: where some runs, a program
+    # traced under one install order is not another order's (`install_order`).
+    runs_code = any(c.wrappers or not c.target._effax_own for c in chains)
+    order = install_order(stack, effects) if runs_code else None
     keys.extend(
-        (h.effect, (type(h), fields_of(h), c.wrappers), static_key(e.static))
+        (h.effect, (type(h), fields_of(h), c.wrappers, order), static_key(e.static))
         for h, c, e in zip(handlers, chains, found, strict=True)
     )
     return Resolved(tuple(keys), tuple(handlers), found, tuple(chains))
+
+
+def install_order(stack: _context.Stack, effects: Sequence[Effect[Any]]) -> tuple[Any, ...]:
+    """What the handler code under `stack` can see: for each handler of `effects`
+    that runs code of the user's (an interceptor, a handler class of theirs), the
+    effects whose installed handler was installed before it (outside it), by their
+    positions in `effects`. Install order is the stacks' (each `with` one, its
+    handlers in their order), a shadowed handler (an interceptor's inner one) where
+    it was installed; two stacks with the same answer run the same program."""
+    index = {effect: i for i, effect in enumerate(effects)}
+    levels: list[list[tuple[int, _context.Entry]]] = []
+    node: _context.Stack | None = stack
+    while node is not None:  # innermost first
+        below = node.parent
+        levels.append(
+            [
+                (index[effect], entry)
+                for effect, entry in node.items()
+                if effect in index and (below is None or below.get(effect) is not entry)
+            ]
+        )
+        node = below
+    sequence = [item for level in reversed(levels) for item in level]  # outermost first
+    where = {id(entry): n for n, (_, entry) in enumerate(sequence)}
+    heads = [(i, where[id(stack[e])]) for e, i in index.items() if e in stack]
+    seen: list[tuple[int, tuple[int, ...]]] = []
+    for n, (i, entry) in enumerate(sequence):
+        handler = entry[0]
+        if isinstance(handler, Interceptor) or not handler._effax_own:
+            seen.append((i, tuple(sorted(j for j, at in heads if at < n))))
+    return tuple(seen)
 
 
 def plumbed_keys(environment: Environment) -> list[Key]:

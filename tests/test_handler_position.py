@@ -359,3 +359,66 @@ def test_plain_handler_does_not_see_a_handler_installed_inside_it():
     with counts.init(jnp.float32(0.0)), Scaled(), counts.init(jnp.float32(50.0)) as inner:
         assert float(level.ask()) == 2.0
     assert float(inner.value) == 50.0
+
+
+# One compiled function, called under the same handlers installed in two orders: its
+# handler code sees different handlers in each, so a program traced under one order
+# must not serve the other (found by the blind6 corpus: the compiled call reused the
+# first program, wrote to the inner cell and raised nothing where eager raises).
+def _peeking_interceptor():
+    return fx.intercept(level, ask=lambda outer: outer.ask() + draws.get())
+
+
+def _installed(kind, visible):
+    """The handlers of `kind`'s case, the cell its handler code reads or writes
+    installed outside the code's handler (`visible`) or inside it; and that cell."""
+    code = _peeking_interceptor() if kind == "interceptor" else _CountingLevel(level, ())
+    cell = draws.init(jnp.float32(5.0))
+    handlers = [level.provide(jnp.float32(1.0)), code]
+    return ([cell, *handlers] if visible else [*handlers, cell]), cell
+
+
+class _CountingLevel(fx.Interceptor):
+    """An `Interceptor` subclass whose method writes `draws` (a user's class: its
+    method runs where it is installed, as a handler class's operation does)."""
+
+    def ask(self):
+        draws.modify(lambda n: n + 1)
+        return self.outer().ask() + draws.get()
+
+
+COMPILERS = {
+    "jit": fx.jit,
+    "handle": lambda f: fx.handle(f, transform=jax.jit),
+    "scan": lambda f: lambda x: fx.scan(lambda c, _: (f(c), None), x, None, length=2)[0],
+}
+
+
+@pytest.mark.parametrize("compiler", list(COMPILERS))
+@pytest.mark.parametrize("kind", ["interceptor", "subclass"])
+@pytest.mark.parametrize("visible_first", [True, False])
+def test_a_program_of_one_install_order_never_serves_another(kind, compiler, visible_first):
+    def f(x):
+        return x + level.ask()
+
+    def eager(x):
+        return f(f(x)) if compiler == "scan" else f(x)
+
+    compiled = COMPILERS[compiler](f)
+    for visible in (visible_first, not visible_first):
+        handlers, cell = _installed(kind, visible)
+        with fx.handlers(*handlers):
+            if visible:  # the handler code sees the cell, installed outside it
+                want = eager(jnp.float32(0.0))
+            else:  # installed inside it: unhandled for the code
+                with pytest.raises(fx.UnhandledEffectError):
+                    eager(jnp.float32(0.0))
+        want_cell = cell.value
+        handlers, cell = _installed(kind, visible)
+        with fx.handlers(*handlers):
+            if visible:
+                assert_bitwise_equal(compiled(jnp.float32(0.0)), want)
+            else:  # compiled alike, and the cell out of the code's reach is untouched
+                with pytest.raises(fx.UnhandledEffectError):
+                    compiled(jnp.float32(0.0))
+        assert_bitwise_equal(cell.value, want_cell)
