@@ -101,6 +101,8 @@ class _Walked(NamedTuple):
     # calls no hook sees (`effax.jit(f)(x)`), with what they leave unhandled, reported
     # from the hook of each call inside them: by id of that call
     pending: dict[int, list[tuple[Expression, Row, str | None]]]
+    # calls no hook sees, checked from the hook of each call inside them: by its id
+    later: dict[int, list[CallExpr]]
     setters: set[int]  # properties assigned, among `around` (their setter runs)
 
 
@@ -128,10 +130,18 @@ def check_module(
         walked = _WALKED[module.fullname] = _walk(modules, module)
     for node, missing, who in walked.pending.get(id(call), ()):
         report_unhandled(api, node, missing, who)
+    for later in walked.later.get(id(call), ()):  # a call inside one with no hook
+        _check_call(api, walked, later)
     if id(call) not in walked.around:
         # not reached by the walk: in a function's body (a default value of one is
         # reached: it runs where the `def` does), or a lambda counted where it is called
         return
+    _check_call(api, walked, call)
+
+
+def _check_call(api: CheckerPluginInterface, walked: _Walked, call: CallExpr | MemberExpr) -> None:
+    """Report what `call` performs that the handlers the walk found around it leave
+    unhandled (checked when mypy has inferred what it reads, not when it is walked)."""
     handled = walked.around[id(call)]
     performed: tuple[Row, str | None] | None
     if isinstance(call, MemberExpr):
@@ -164,11 +174,20 @@ def _walk(modules: Mapping[str, MypyFile], module: MypyFile) -> _Walked:
         for call in inner:  # (mypy reports the same error on a line once)
             pending.setdefault(id(call), []).append((node, missing, who))
 
+    later: dict[int, list[CallExpr]] = {}
+
+    def check_later(node: CallExpr) -> None:
+        # a call without a hook (`effax.vmap(model)(x)`), checked from the hooks of the
+        # calls inside it and around it, as `defer` reports
+        anchor = calls_in(walker.anchor) if walker.anchor else ()
+        for call in [*calls_in(node), *anchor, *walker.enclosing]:
+            later.setdefault(id(call), []).append(node)
+
     around: dict[int, Row | None] = {}
-    walker = Walker(analysis, defer, around=around)
+    walker = Walker(analysis, defer, around=around, later=check_later)
     for statement in module.defs:
         walker.visit(statement)
-    return _Walked(module, analysis, around, pending, walker.setters)
+    return _Walked(module, analysis, around, pending, later, walker.setters)
 
 
 def calls_in(node: Node) -> Iterator[CallExpr | IndexExpr]:
@@ -187,6 +206,8 @@ def report_pending(api: CheckerPluginInterface, subscript: Context) -> None:
     if walked is not None and walked.module is stack[0]:
         for node, missing, who in walked.pending.get(id(subscript), ()):
             report_unhandled(api, node, missing, who)
+        for later in walked.later.get(id(subscript), ()):
+            _check_call(api, walked, later)
 
 
 def report_unhandled(

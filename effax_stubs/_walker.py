@@ -53,6 +53,8 @@ from ._scope import FORWARDED, trigger, triggered, triggered_effect
 from ._tree import children_of, descendants, is_uses, unpacked
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._rows import Analysis
 
 __all__ = ["Walker", "hooked"]
@@ -63,7 +65,12 @@ class Walker:
     passes what each call performs and no handler covers to `sink`."""
 
     def __init__(
-        self, analysis: Analysis, sink: Sink, *, around: dict[int, Row | None] | None = None
+        self,
+        analysis: Analysis,
+        sink: Sink,
+        *,
+        around: dict[int, Row | None] | None = None,
+        later: Callable[[CallExpr], None] | None = None,
     ) -> None:
         self.analysis = analysis
         self.sink = sink
@@ -78,6 +85,7 @@ class Walker:
         self.current: dict[SymbolNode, Expression | None] = {}
         self.anchor: Node | None = None  # the `with` statement being walked
         self.enclosing: list[CallExpr] = []  # the calls whose arguments are being walked
+        self.later = later  # (with `around`) where calls without a hook go
 
     def visit(self, node: Node) -> None:
         if isinstance(node, _BRANCHING):
@@ -293,6 +301,13 @@ class Walker:
         parameter = isinstance(node.callee, RefExpr) and node.callee.node in self.analysis.arguments
         if self.around is not None and hooked(node) and not parameter:
             self.around[id(node)] = self.handled  # checked from its own hook
+            performed = None
+        elif self.around is not None and not parameter:
+            # no hook of its own (`effax.vmap(model)(x)`): checked from the hooks of
+            # the calls inside it, once mypy has inferred what it reads
+            self.around[id(node)] = self.handled
+            if self.later is not None:
+                self.later(node)
             performed = None
         else:
             performed = self.analysis.performed(node)

@@ -366,6 +366,9 @@ class EffaxPlugin(Lookups):
             row = row_of_type(ctx.arg_types[0][0]) if ctx.arg_types and ctx.arg_types[0] else None
             if row is not None:
                 result[0] = with_marks(result[0], row_marks(row))
+                # `functools.partial(f, 2)()` at module level: the call of the partial
+                # has no hook of its own, so what it performs is reported from here
+                check_module(ctx.api, self._module_map(), ctx.context)
 
         self._guarded(mark)
         return result[0]

@@ -1,0 +1,1 @@
+"""Helper package of the blind7 corpus: declarations, layers, interceptors, steps."""
