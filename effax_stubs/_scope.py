@@ -12,28 +12,22 @@ from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
     CallExpr,
-    Decorator,
-    DictExpr,
-    DictionaryComprehension,
     Expression,
     FuncDef,
     FuncItem,
     IndexExpr,
     IntExpr,
-    ListComprehension,
     ListExpr,
     MemberExpr,
     MypyFile,
     RefExpr,
-    SetComprehension,
-    SetExpr,
     Statement,
     SymbolNode,
     TupleExpr,
     TypeInfo,
     Var,
 )
-from mypy.types import CallableType, Instance, TupleType, get_proper_type
+from mypy.types import Instance, TupleType, get_proper_type
 
 from ._marks import Declaration, declaration_in, declaration_of_type
 from ._names import Row, callee_fullname
@@ -206,12 +200,7 @@ class Scope:
         if depth > 20:
             return None
         if isinstance(expr, CallExpr):
-            return self.constructed(expr.callee, depth + 1) or _returned_class(expr.callee)
-        display = _DISPLAYS.get(type(expr))  # `[3.0, 1.0]`, its type not inferred yet
-        if display is not None:
-            builtins = self.modules.get("builtins")
-            symbol = builtins.names.get(display) if builtins is not None else None
-            return symbol.node if symbol is not None and isinstance(symbol.node, TypeInfo) else None
+            return self.constructed(expr.callee, depth + 1)
         if not isinstance(expr, RefExpr) or not isinstance(expr.node, Var):
             return None
         var = expr.node
@@ -273,26 +262,3 @@ class Scope:
             elif kind != ARG_NAMED:
                 return None
         return found
-
-
-_DISPLAYS: Final = {
-    ListExpr: "list",
-    ListComprehension: "list",
-    DictExpr: "dict",
-    DictionaryComprehension: "dict",
-    SetExpr: "set",
-    SetComprehension: "set",
-}
-
-
-def _returned_class(callee: Expression) -> TypeInfo | None:
-    """The class of what calling the function `callee` returns, by its annotation:
-    read where its call's type is not inferred yet (a module's walk runs at its first
-    hook, before mypy reaches the statements below it). A decorated function's own
-    annotation stands in until its decorated type is inferred."""
-    node = callee.node if isinstance(callee, RefExpr) else None
-    if isinstance(node, Decorator):
-        node = node.var if node.var.type is not None else node.func
-    typ = get_proper_type(node.type) if isinstance(node, FuncDef | Var) else None
-    returned = get_proper_type(typ.ret_type) if isinstance(typ, CallableType) else None
-    return returned.type if isinstance(returned, Instance) else None

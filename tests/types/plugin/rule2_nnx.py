@@ -104,8 +104,8 @@ with count.init(jnp.int32(0)):
 fxn.switch(1, [lambda mm, u: u, lambda mm, u: mm(u)], noisy, jnp.ones(2))  # E: effax-unhandled: "mm" performs effect "count"
 
 
-# case: a module made by a function below the module's first hook: its annotation says
-# its class before mypy infers the call (blind6)
+# case: a module made by a function below the module's first hook: the call without a
+# hook of its own is checked once mypy has inferred `made` (blind6)
 def make_noisy() -> Noisy:
     return Noisy()
 

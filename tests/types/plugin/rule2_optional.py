@@ -101,7 +101,7 @@ def sorts_in_place(xs: list[float]) -> None:
 
 
 # case: a list sorted in place at module level calls its key there (blind6; the list's
-# type is not inferred yet where the module's walk reads it: its display says it)
+# type is not inferred yet where the module's walk reads it: checked at its hook)
 ordered = [3.0, 1.0]
 ordered.sort(key=scaled)  # E: effax-unhandled
 with temperature.provide(2.0):

@@ -124,7 +124,7 @@ with fx.handlers(noise.seed(4), calls.init(jnp.int32(0))):
 # case: a vmapped ensemble with the twin, seeded and not (the failing use)
 with noise.seed(4):
     # (missed in the score, then a limit: the ensemble's type is not inferred yet where
-    # the walk reads it; it is now read from `make_members`'s annotation, blind6's fix)
+    # the walk reads it; the call is now checked once mypy has inferred it)
     fxn.vmap(lambda m, u: m(u), in_axes=(0, None))(members, x)  # E: effax-unhandled
 
 # case: value_and_grad with the twin, the loss's row covered
