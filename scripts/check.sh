@@ -152,42 +152,21 @@ if ! wait "$pid_lane"; then
 fi
 cat "$logs/lane"
 
-# The default suite leaves about a sixth of the cores idle (check.sh's busy shares: 83%);
-# the jax 0.11 core suite and the docs build run beside it at low priority (nice 10),
-# so they take what it leaves, and finish at full priority after it if they must.
-# Each one's output is shown whole when it has finished.
-background() {  # background NAME COMMAND...: run COMMAND niced, output to $logs/NAME
-  (renice -n 10 "$BASHPID" >/dev/null; "${@:2}") >"$logs/$1" 2>&1 &
-}
-await() {  # await NAME PID WHAT: wait for a background job, show its output
-  if ! wait "$2"; then
-    cat "$logs/$1" >&2
-    echo "ERROR: $3 failed (its output is above)." >&2
-    exit 1
-  fi
-  cat "$logs/$1"
-}
-jax011_suite() {
-  await_env py312-jax011
-  run_suite py312-jax011 ci-small "${CORE_SUITE[@]}"
-}
-background jax011 jax011_suite
-pid_jax011=$!
-# every page executed (one page per core at a time), warnings as errors
-background docs .venvs/default/bin/sphinx-build -j auto -W --keep-going -q -b html docs docs/_build/html
-pid_docs=$!
-
 # 500 generated programs per generator on the default JAX, 100 on each of the others
-stage "tests: default (the jax $JAX_MIDDLE core suite and the docs beside it, niced)"
+stage "tests: default"
 run_suite default ci "${CHECKED_ABOVE[@]}"
 
 stage "tests: py312"
 run_suite py312 ci-small "${JAX_INDEPENDENT[@]/#/--ignore=}" "${CHECKED_ABOVE[@]}"
 
-stage "tests: py312-jax011 (core suite; what is left of it)"
-await jax011 "$pid_jax011" "the jax $JAX_MIDDLE core suite"
-stage "docs: every page executed, warnings as errors (what is left of it)"
-await docs "$pid_docs" "the docs build"
+stage "environment: py312-jax011 (the rest of its making)"
+await_env py312-jax011
+stage "tests: py312-jax011 (core suite)"
+run_suite py312-jax011 ci-small "${CORE_SUITE[@]}"
+# (run beside the default suite at low priority, these two made it slower by as much
+# as they took: its idle share, 17%, is not spare capacity on this machine)
+stage "docs: every page executed (one page per core at a time), warnings as errors"
+.venvs/default/bin/sphinx-build -j auto -W --keep-going -q -b html docs docs/_build/html
 stage ""
 echo "==> all checks passed in $((SECONDS / 60))m$((SECONDS % 60))s:"
 printf '%s\n' "${STAGES[@]}"
