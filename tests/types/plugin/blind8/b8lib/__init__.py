@@ -1,0 +1,1 @@
+"""Shared pieces of the blind8 corpus: effect declarations, layers, custom effects, training."""
