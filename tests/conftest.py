@@ -1,7 +1,10 @@
 """Make JAX strict for the whole suite."""
 
+import atexit
 import gc
 import os
+import shutil
+import tempfile
 
 # Multi-device tests run on 8 host CPU devices; this must be set before JAX
 # initialises its backends.
@@ -16,6 +19,23 @@ collect_ignore_glob = ["types/*", "heldout/*"]
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # No key is ever used twice: effax's streams must hand out fresh keys only.
 jax.config.update("jax_debug_key_reuse", True)
+
+# One test process compiles the same XLA program many times over: each test, and each
+# effax wrapper it makes, is a new Python function whose jit cache starts empty, for
+# programs that earlier tests compiled already (XLA compiling is about 60% of a shard
+# of generated programs). JAX's persistent compilation cache, keyed by the program and
+# its compile options, serves those from disk (three shards of tests/test_properties.py
+# and test_compositions.py: 99 s -> 82 s on two cores). Its folder is this process's
+# own (two pytest-xdist workers never read a file the other is still writing) and new
+# (no run sees another's programs), removed at exit. JAX records a compilation's event
+# for a program the cache serves too, so tests that count compilations count the same
+# with it (tests/helpers.py: counting_compiles). EFFAX_TEST_XLA_CACHE=0 turns it off.
+if os.environ.get("EFFAX_TEST_XLA_CACHE", "1") != "0":
+    _compilation_cache = tempfile.mkdtemp(prefix="effax-tests-xla-cache-")
+    atexit.register(shutil.rmtree, _compilation_cache, ignore_errors=True)
+    jax.config.update("jax_compilation_cache_dir", _compilation_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def pytest_collection_modifyitems(items):

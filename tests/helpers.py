@@ -1,6 +1,7 @@
 """Shared test utilities: comparing pytrees the way transparency promises; loading
 the example scripts."""
 
+import contextlib
 import importlib.util
 import pathlib
 import sys
@@ -13,6 +14,32 @@ import numpy as np
 import effax as fx
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
+
+
+@contextlib.contextmanager
+def counting_compiles():
+    """The XLA programs JAX asks for inside the block, as a list that grows. JAX records
+    the event for each one, compiled by XLA or served by the persistent compilation
+    cache (which tests/conftest.py turns on): a program an earlier test compiled
+    counts here as it would without the cache."""
+    programs: list[str] = []
+
+    def requested(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            programs.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(requested)
+    try:
+        yield programs
+    finally:
+        jax.monitoring.unregister_event_duration_listener(requested)
+
+
+def count_compiles(thunk):
+    """How many XLA programs `thunk()` asks for (`counting_compiles`)."""
+    with counting_compiles() as programs:
+        thunk()
+    return len(programs)
 
 
 def load_example(name):

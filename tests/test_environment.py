@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import Counter, Tally, assert_bitwise_equal, assert_transparent
+from helpers import Counter, Tally, assert_bitwise_equal, assert_transparent, count_compiles
 from jax import lax
 
 import effax as fx
@@ -26,31 +26,6 @@ level = fx.Ask[int | float | bool]("level", static=True)
 total = fx.State[jax.Array | None]("total")
 noise = fx.RandomKey("noise")
 log = fx.Emit[jax.Array]("log")
-
-# --- counting what JAX does ---------------------------------------------------------
-
-_COMPILES: list[str] = []
-_COUNTING = [False]
-
-
-def _on_event(event, duration, **kwargs):
-    if _COUNTING[0] and event == "/jax/core/compile/backend_compile_duration":
-        _COMPILES.append(event)
-
-
-jax.monitoring.register_event_duration_secs_listener(_on_event)
-
-
-def count_compiles(thunk):
-    """How many XLA backend compiles `thunk()` triggers."""
-    _COMPILES.clear()
-    _COUNTING[0] = True
-    try:
-        thunk()
-    finally:
-        _COUNTING[0] = False
-    return len(_COMPILES)
-
 
 # --- optional effects -------------------------------------------------------------
 

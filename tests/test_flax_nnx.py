@@ -12,7 +12,12 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from helpers import assert_bitwise_equal, assert_transparent, load_example as load
+from helpers import (
+    assert_bitwise_equal,
+    assert_transparent,
+    counting_compiles,
+    load_example as load,
+)
 
 import effax as fx
 
@@ -206,12 +211,6 @@ def test_unused_handlers_around_cost_at_most_one_more_trace_and_no_more_compiles
     # that trace for the handlers the body used; nnx.jit's traced object has no jaxpr
     # to replay, so the body is traced once more (known limit; `@fx.uses` avoids it).
     # Later calls trace and compile nothing.
-    compiles = []
-
-    def listener(event, duration, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(event)
-
     def evaluate(model, x):
         evaluate.traces += 1
         log.emit(jnp.mean(model.linear(x)))
@@ -223,12 +222,9 @@ def test_unused_handlers_around_cost_at_most_one_more_trace_and_no_more_compiles
     with fx.handlers(noise.seed(0), log.collect()) as hs:
         fast(model, x)
         first = evaluate.traces
-        jax.monitoring.register_event_duration_secs_listener(listener)
-        try:
+        with counting_compiles() as compiles:
             fast(model, x)
             fast(model, x)
-        finally:
-            jax.monitoring.unregister_event_duration_listener(listener)
     assert len(hs[log]) == 3
     assert first <= 2 and evaluate.traces == first
     assert compiles == []

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_bitwise_equal, assert_transparent
+from helpers import assert_bitwise_equal, assert_transparent, counting_compiles
 
 import effax as fx
 
@@ -255,23 +255,13 @@ def test_an_unnamed_vmap_called_again_eagerly_reuses_jaxs_compiled_programs():
     # JAX caches batched programs by axis name: effax names an unnamed axis by its
     # nesting depth, so a second call (a fresh wrapper, as inline code makes) hits
     # the cache, while nested vmaps still get distinct names.
-    compiles = []
-
-    def listener(event, duration, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
     inner = jax.jit(lambda x: jnp.sin(x) * 2.0)
     xs = jnp.arange(3.0)
-    try:
-        with fx.rng.seed(0):
-            counts = []
-            for _ in range(3):
-                fx.vmap(lambda x: inner(x) + fx.random.normal())(xs)
-                counts.append(len(compiles))
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
+    with counting_compiles() as compiles, fx.rng.seed(0):
+        counts = []
+        for _ in range(3):
+            fx.vmap(lambda x: inner(x) + fx.random.normal())(xs)
+            counts.append(len(compiles))
     assert counts[0] > 0 and counts[2] == counts[1] == counts[0]  # nothing compiled again
 
     def innermost(x):
