@@ -282,6 +282,34 @@ def test_no_reports_on_the_package_examples_and_docs(tmp_path, library_cache):
         assert not (path == docs.resolve() and errors), (path, errors)
 
 
+def test_the_docs_quote_what_the_plugin_reports(tmp_path, library_cache):
+    """Each `python` block of docs/typing.md followed by a `text` block of reports is
+    checked as the file those reports name (its code cells are `mylib.py`, which the
+    blocks import): the plugin reports exactly the quoted lines, messages included."""
+    page = (ROOT / "docs" / "typing.md").read_text()
+    pairs = re.findall(r"```python\n(.*?)```\s*```text\n(.*?)```", page, flags=re.S)
+    assert len(pairs) >= 4
+    (tmp_path / "mylib.py").write_text(docs_code(ROOT / "docs" / "typing.md"))
+    quoted = {}
+    for code, text in pairs:
+        lines = [_REPORTED.match(line) for line in text.splitlines()]
+        assert all(lines), text
+        names = {match["path"] for match in lines}
+        assert len(names) == 1, names
+        (tmp_path / names.pop()).write_text(code)
+        for match in lines:
+            path = tmp_path / match["path"]
+            quoted.setdefault(path, []).append(
+                (int(match["line"]), match["code"], match["message"])
+            )
+    reported = run_mypy(
+        *quoted, cache_dir=cache_copy(library_cache, tmp_path), cwd=tmp_path
+    )
+    assert {path: sorted(r) for path, r in reported.items()} == {
+        path: sorted(r) for path, r in quoted.items()
+    }
+
+
 def test_incremental_runs_report_what_cold_runs_report(tmp_path, corpus_report, library_cache):
     """The whole corpus checked again with its helper modules (libraries, cross-module
     packages) loaded from mypy's incremental cache: the same reports as a cold run."""
