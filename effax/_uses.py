@@ -76,10 +76,11 @@ def uses(*effects: Effect[Any]) -> Callable[[Callable[P, R]], Callable[P, R]]:
       unrelated handlers around the call cost nothing (no extra inputs, no retrace
       when their values change).
     - The mypy plugin ``effax_stubs.mypy_plugin`` checks the same rows statically.
-  A row is what the function *may* perform, so the plugin holds every call to the
-  whole row: a caller handles each of its effects, or lists it in its own row,
-  even an effect that call's path never reaches (a key drawn only in training) and
-  an ``Ask`` with a default (which needs no handler, but is still performed).
+      A row is what the function *may* perform, so the plugin holds every call to
+      the whole row: a caller handles each of its effects, or lists it in its own
+      row, even an effect that call's path never reaches (a key drawn only in
+      training) and an ``Ask`` with a default (which needs no handler, but is still
+      performed).
     - An ``async def`` function's row holds while its body runs (when awaited, in
       the awaiting task); a generator function cannot declare one (its body runs a
       step at a time, after the call): `EffectTypeError`.
