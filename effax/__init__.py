@@ -2,7 +2,7 @@
 
 from . import random as random
 from ._ask import Ask as Ask, Provider as Provider
-from ._context import JitAwareContextVar as JitAwareContextVar
+from ._context_var import JitAwareContextVar as JitAwareContextVar
 from ._control import (
     cond as cond,
     fori_loop as fori_loop,

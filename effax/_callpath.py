@@ -26,7 +26,15 @@ from . import _context, _trace, _warmpath
 from ._arguments import check_unleaked
 from ._boundary import unplumbable
 from ._effect import Effect
-from ._environment import Environment, Exports, Resolved, export_of, plumbed_keys, resolve
+from ._environment import (
+    Environment,
+    Exports,
+    Resolved,
+    export_of,
+    hidden_of,
+    plumbed_keys,
+    resolve,
+)
 from ._errors import EffectUsageError
 from ._explain import explain
 from ._inside import enter_inside, outcomes_of
@@ -193,7 +201,7 @@ class Handled:
         if not discover:
             assert function.row is not None
             return resolve(stack, tuple(function.row), self.own, note=True, exports=exports)
-        visible = outer_handlers(stack, skip=function.own_effects, chains=exports.chains)
+        visible = outer_handlers(stack, skip=function.own_effects, chains=exports.chains, hidden={})
         effects = [
             h.effect
             for h in (c.target for c in visible)
@@ -299,13 +307,15 @@ class Handled:
     def enter_eagerly(self) -> _EagerRegion:
         stack = _context.current_stack()
         exports = Exports()
-        visible = outer_handlers(stack, skip=[h.effect for h in self.own], chains=exports.chains)
+        skip = [h.effect for h in self.own]
+        visible = outer_handlers(stack, skip=skip, chains=exports.chains, hidden={})
         effects = [c.target.effect for c in visible]
         resolved = resolve(stack, effects, self.own, note=False, exports=exports)
         plan = Plan.of(resolved.chains, resolved.exports)
         dynamic = [(e.const, e.carry) for e in resolved.exports]
         used: set[Effect[Any]] = set()
-        token, inner = enter_inside(plan, dynamic, track=used)
+        hidden = hidden_of(resolved.environment)
+        token, inner = enter_inside(plan, dynamic, track=used, hidden=hidden)
         return _EagerRegion(stack, resolved.handlers, plan, dynamic, used, token, inner)
 
     def rebind(

@@ -1,10 +1,10 @@
-"""`JitAwareContextVar` and the handler stack.
+"""The handler stack, and its entries' markers.
 
-Both are built on :mod:`contextvars` (so each thread and each asyncio task sees its
-own values) and record the JAX trace that was current when a value was installed.
-A read from under a staging trace (``jax.jit``, a ``lax.scan`` body, ...) that the
-value was installed outside of raises instead of returning a value that JAX would
-bake into its cache as a constant.
+Built on :mod:`contextvars` (so each thread and each asyncio task sees its own
+handlers), each entry recording the JAX trace that was current when its handler
+was installed: a lookup from under a staging trace (``jax.jit``, a ``lax.scan``
+body, ...) that the handler was installed outside of raises instead of returning a
+value that JAX would bake into its cache as a constant (`obstacle`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import abc
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, TypeVar
 
 from . import _trace
-from ._errors import EffectTypeError, EffectUsageError
+from ._errors import EffectUsageError
 
 if TYPE_CHECKING:
     from ._effect import Effect
@@ -24,10 +24,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Blocked",
     "Entry",
-    "JitAwareContextVar",
     "Obstacle",
     "Stack",
     "Tracked",
+    "beneath",
     "chain",
     "current_stack",
     "enter_block",
@@ -43,109 +43,12 @@ __all__ = [
     "push",
     "push_entries",
     "run_at",
+    "runs_code",
     "run_where",
+    "seen_through",
 ]
 
 T = TypeVar("T")
-
-_JIT_BOUNDARY = (
-    "The value found for {var!r} was assigned behind a jit-transform boundary "
-    "({where}). It cannot be accessed in the current context: pass it into the "
-    "transformed function explicitly (see effax.plumb_and_transform), or set it "
-    "inside."
-)
-
-
-class JitAwareContextVar(Generic[T]):
-    """A :class:`contextvars.ContextVar` that refuses to be read across a jit boundary.
-
-    ``set_on_enter(value)`` returns a context manager that installs ``value`` for the
-    duration of a ``with`` block and records the JAX trace current at entry.
-    ``get()`` returns the innermost value, unless a *staging* trace (``jax.jit``,
-    ``pmap``, ``shard_map``, a ``lax`` control-flow body, ``jax.checkpoint``,
-    ``jax.eval_shape``, ``jax.make_jaxpr``) lies between that trace and the current
-    one: then the value would become a stale constant of a cached trace, and ``get()``
-    raises :class:`LookupError` instead. ``grad``, ``jvp``, ``vjp``, ``linearize`` and
-    ``vmap`` re-run Python on every call, so values pass through them.
-
-    Create context variables at module level (or as class attributes), never in a
-    loop or closure: like the stdlib's, they are never garbage collected.
-
-    **Arguments:**
-
-    - `name`: shown in messages and in the ``repr``.
-
-    **Example:**
-
-    >>> import jax, jax.numpy as jnp, effax
-    >>> x_var = effax.JitAwareContextVar[float]("x")
-    >>> def log_x():
-    ...     return jnp.log(x_var.get())
-    >>> @jax.jit
-    ... def pure(x):
-    ...     with x_var.set_on_enter(x):
-    ...         return log_x() ** 2
-    >>> float(pure(jnp.e))
-    1.0
-
-    """
-
-    __slots__ = ("_name", "_var")
-
-    def __init__(self, name: str = "JitAwareContextVar") -> None:
-        if not isinstance(name, str):
-            raise EffectTypeError(
-                f"effax.JitAwareContextVar(name) takes a str, but got {type(name).__name__}."
-            )
-        self._name = name
-        self._var: contextvars.ContextVar[tuple[T, _trace.TraceRef]] = contextvars.ContextVar(
-            f"effax.{name}"
-        )
-
-    def __repr__(self) -> str:
-        return f"<JitAwareContextVar {self._name!r} at {id(self):#x}>"
-
-    def get(self) -> T:
-        """The innermost value; raises `LookupError` if none is set or it is stale."""
-        try:
-            value, ref = self._var.get()
-        except LookupError:
-            raise LookupError(f"No value found for {self!r}.") from None
-        if ref is not _trace.current_trace_ref():
-            reach = _trace.reachability(ref)
-            if reach != "ok":
-                where = (
-                    "a staging trace lies between where it was set and here"
-                    if reach == "staged"
-                    else "the trace where it was set is not an ancestor of this one"
-                )
-                raise LookupError(_JIT_BOUNDARY.format(var=self, where=where))
-        return value
-
-    def set_on_enter(self, value: T) -> _SetOnEnter[T]:
-        """A context manager that installs `value` while its ``with`` block runs."""
-        return _SetOnEnter(self._var, value)
-
-
-class _SetOnEnter(Generic[T]):
-    __slots__ = ("_token", "_value", "_var")
-
-    def __init__(self, var: contextvars.ContextVar[tuple[T, Any]], value: T) -> None:
-        self._var = var
-        self._value = value
-        self._token: contextvars.Token[tuple[T, Any]] | None = None
-
-    def __enter__(self) -> T:
-        if self._token is not None:
-            raise RuntimeError("set_on_enter(...) context managers cannot be re-entered.")
-        self._token = self._var.set((self._value, _trace.current_trace_ref()))
-        return self._value
-
-    def __exit__(self, *exc_info: object) -> None:
-        assert self._token is not None
-        self._var.reset(self._token)
-        self._token = None
-
 
 # --- the handler stack ------------------------------------------------------------
 #
@@ -305,11 +208,22 @@ def outside(stack: Stack, effect: Effect[Any]) -> Stack:
         # traced region): outside it is what was outside the entry it stands for
         base = outside(base, effect)
     view = Stack(base, recorders=stack.recorders, parent=base)
+    # What `node` installed before the handler. Entries it shares with the stack
+    # below are that stack's, seen as `base` sees them (a row's marker there sits in
+    # its effect's place, but was installed inside the handler); a handler rebuilt
+    # in a region beneath such a marker is seen only where `base` sees past it.
+    put = _EMPTY if below is None else below
     for key, value in node.items():
         if key is effect:
             break
-        if base.get(key) is not value:
-            view[key] = value
+        under = put.get(key)
+        if under is value:
+            continue
+        if not node.fresh and under is not None:
+            why, seen = under[1], base.get(key)
+            if isinstance(why, Blocked) and why.handler_code_sees and seen and seen[1] is why:
+                continue
+        view[key] = value
     handler = entry[0]
     if handler._effax_holds is not None:  # an interceptor made inside a region: holds it
         try:
@@ -402,9 +316,16 @@ class Tracked:
 
 class Blocked(abc.ABC):
     """Stack-entry marker that hides a handler: performing its effect calls
-    `raise_for`, and `handle` does not plumb it. Subclasses say why."""
+    `raise_for`, and `handle` does not plumb it. Subclasses say why.
+
+    A marker that `handler_code_sees` through hides the handler from the code
+    below it only (a function's row binds its own code): handler code installed
+    outside the marker, which runs where it was installed (`outside`), still
+    reaches the handler, so a region that may run such code plumbs it in beneath
+    the marker (`beneath`)."""
 
     __slots__ = ()
+    handler_code_sees: ClassVar[bool] = False
 
     @abc.abstractmethod
     def raise_for(self, effect: Effect[Any]) -> NoReturn:
@@ -467,13 +388,57 @@ def obstacle(
     return "staged" if stagings > through else None
 
 
+def seen_through(
+    stack: Stack,
+    effect: Effect[Any],
+    why: Obstacle | None,
+    *,
+    track: bool = False,
+    through: int = 0,
+) -> tuple[Blocked, Entry] | None:
+    """Where `why` (the obstacle of `effect`'s entry) is a marker that handler code
+    sees through (a function's row) and a handler in `stack` may run code of its own
+    where it is installed (an interceptor, a handler class of the user's): the
+    marker, and the entry it hides if that one can be used here (`obstacle`'s
+    `track` and `through`). A region or compiled call plumbs that handler in, and
+    hides it again inside. Otherwise None."""
+    if not (isinstance(why, Blocked) and why.handler_code_sees):
+        return None
+    if not any(runs_code(h) for h, _ in stack.values()):
+        return None
+    entry = beneath(stack, effect)
+    if entry is None or obstacle(effect, entry, track=track, through=through) is not None:
+        return None
+    return why, entry
+
+
+def runs_code(handler: Handler[Any]) -> bool:
+    """Whether `handler` may run code of its own where it is installed: an
+    interceptor (its functions, or its class's methods) or a handler class of the
+    user's (its operations)."""
+    return handler.forwards or not handler._effax_own
+
+
+def beneath(stack: Stack, effect: Effect[Any]) -> Entry | None:
+    """The entry of `effect` under `stack` that the markers handler code sees
+    through hide (the entry itself if there are none), or None."""
+    for entry in chain(stack, effect):
+        ref = entry[1]
+        if not (isinstance(ref, Blocked) and ref.handler_code_sees):
+            return entry
+    return None
+
+
 def mark_used(stack: Stack, effects: Any, *, plumbing: bool = False) -> None:
     """Tell the traced regions that rebuilt these effects' handlers in `stack` that
     the effects were performed (their traces depend on them), or, with `plumbing`,
     only plumbed further in. An effect performed under interceptors installed over
-    such a handler reached it: the chain is followed through them."""
+    such a handler reached it: the chain is followed through them, and through a
+    row's markers (handler code outside the row performed it)."""
     for effect in effects:
         for handler, ref in chain(stack, effect):
+            if isinstance(ref, Blocked) and ref.handler_code_sees:
+                continue
             if type(ref) is Tracked:
                 (ref.plumbed if plumbing else ref.used).add(effect)
             if not forwards_outward(handler):

@@ -20,13 +20,15 @@ each effect the function looks up, the environment records
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Sequence, Set as AbstractSet
 from typing import Any, NamedTuple
 
-from . import _context
-from ._boundary import cannot_compile, unplumbable
+import jax
+
+from . import _context, _trace
+from ._boundary import cannot_compile, placeholder, unplumbable
 from ._effect import Effect
-from ._intercept import Chain, Interceptor
+from ._intercept import Chain, wrapped
 from ._plan import Plan
 from ._protocol import Export, Handler, check_home, fields_of
 from ._visible import Chains, chain_of
@@ -37,11 +39,13 @@ __all__ = [
     "Exports",
     "Key",
     "export_of",
+    "hidden_of",
     "install_order",
     "Resolved",
     "plan_of",
     "plumbed_keys",
     "resolve",
+    "standins",
     "static_key",
 ]
 
@@ -50,8 +54,9 @@ __all__ = [
 UNREACHABLE = "unreachable"
 
 # One looked-up effect: (effect, what was found, static export). `what` is (class,
-# fields, wrappers, install order or None) for a plumbed handler, else None, a
-# `Blocked` marker or `UNREACHABLE`; the static export is ``(type, value)`` or None.
+# fields, wrappers, install order or None, the marker of a row that hides it from
+# the function or None) for a plumbed handler, else None, a `Blocked` marker or
+# `UNREACHABLE`; the static export is ``(type, value)`` or None.
 Key = tuple[Effect[Any], Any, Any]
 Environment = tuple[Key, ...]
 
@@ -107,15 +112,23 @@ def resolve(
     exports = Exports() if exports is None else exports
     keys: list[Key] = []
     chains: list[Chain] = []
+    markers: list[_context.Blocked | None] = []
     for effect in effects:
         entry = stack.get(effect)
         why: Any = None
         if entry is not None:
             obstacle = _context.obstacle(effect, entry, track=note)
+            # (hidden by a function's row from its code, not from handler code
+            # installed outside it: plumbed in, hidden again inside)
+            seen = _context.seen_through(stack, effect, obstacle, track=note)
+            marker = None
+            if seen is not None:
+                (marker, entry), obstacle = seen, None
             if obstacle is None:
                 if note:  # through the interceptors over it, to the handler it reaches
                     _context.mark_used(stack, (effect,))
                 chains.append(chain_of(entry[0], exports.chains))
+                markers.append(marker)
                 continue
             why = obstacle if isinstance(obstacle, _context.Blocked) else UNREACHABLE
         if note:
@@ -124,6 +137,7 @@ def resolve(
     for handler in own:
         check_home(handler)
     chains.extend(chain_of(h, exports.chains) for h in own)
+    markers.extend(None for _ in own)
     handlers = [c.target for c in chains]
     found = tuple(export_of(h, exports) for h in handlers)
     for handler, export in zip(handlers, found, strict=True):
@@ -137,8 +151,8 @@ def resolve(
     runs_code = any(c.wrappers or not c.target._effax_own for c in chains)
     order = install_order(stack, effects) if runs_code else None
     keys.extend(
-        (h.effect, (type(h), fields_of(h), c.wrappers, order), static_key(e.static))
-        for h, c, e in zip(handlers, chains, found, strict=True)
+        (h.effect, (type(h), fields_of(h), c.wrappers, order, m), static_key(e.static))
+        for h, c, e, m in zip(handlers, chains, found, markers, strict=True)
     )
     return Resolved(tuple(keys), tuple(handlers), found, tuple(chains))
 
@@ -165,18 +179,59 @@ def install_order(stack: _context.Stack, effects: Sequence[Effect[Any]]) -> tupl
         node = below
     sequence = [item for level in reversed(levels) for item in level]  # outermost first
     where = {id(entry): n for n, (_, entry) in enumerate(sequence)}
-    heads = [(i, where[id(stack[e])]) for e, i in index.items() if e in stack]
+    # (a handler a row's marker hides is where it was installed: handler code sees it)
+    heads = [(i, where[id(_context.beneath(stack, e))]) for e, i in index.items() if e in stack]
     seen: list[tuple[int, tuple[int, ...]]] = []
     for n, (i, entry) in enumerate(sequence):
         handler = entry[0]
-        if isinstance(handler, Interceptor) or not handler._effax_own:
+        if _context.runs_code(handler):
             seen.append((i, tuple(sorted(j for j, at in heads if at < n))))
     return tuple(seen)
+
+
+def standins(
+    plumbed: AbstractSet[Effect[Any]], exports: Exports, hidden: dict[Effect[Any], _context.Blocked]
+) -> list[Handler[Any]]:
+    """Handlers visible at a compiled call but not `plumbed` into it, rebuilt from
+    their current values: performing one inside records the lookup (the trace is
+    then dropped and the effect plumbed in) without raising through user code, and
+    changes nothing outside. Only handlers usable at the call count (through the
+    call's own staging trace); lookups of the others raise as they would there.
+    Where handler code may run, a handler a row hides from the function has one
+    too, hidden again (`hidden` gains its marker): handler code outside the row
+    reaches it."""
+    standins = []
+    stack = _context.current_stack()
+    for effect, entry in stack.items():
+        if effect in plumbed:
+            continue
+        why = _context.obstacle(effect, entry, track=False, through=1)
+        found = _context.seen_through(stack, effect, why, through=1)
+        if found is not None:
+            (hidden[effect], entry), why = found, None
+        if why is not None:
+            continue
+        with _trace.under(_context.home_trace(entry[1])):
+            chain = chain_of(entry[0], exports.chains)
+            export = export_of(chain.target, exports)
+        # Zeros for tracers: a stand-in must not close over another trace (a
+        # cached inner trace would keep it), and its values are never used (a
+        # lookup drops this trace).
+        const, carry = jax.tree.map(placeholder, (export.const, export.carry))
+        target = type(chain.target).rebuild(effect, export.static, const, carry)
+        standins.append(wrapped(chain.wrappers, effect, target))
+    return standins
 
 
 def plumbed_keys(environment: Environment) -> list[Key]:
     """The keys of the plumbed handlers, in order."""
     return [key for key in environment if type(key[1]) is tuple]
+
+
+def hidden_of(environment: Environment) -> dict[Effect[Any], _context.Blocked]:
+    """The plumbed handlers of `environment` that a row's marker hides from the
+    function (handler code outside the row reaches them), by effect."""
+    return {key[0]: key[1][4] for key in plumbed_keys(environment) if key[1][4] is not None}
 
 
 def plan_of(environment: Environment) -> Plan:

@@ -18,7 +18,7 @@ import jax
 
 from . import _context, _trace
 from ._boundary import GrowingCarry, check_outcome
-from ._context import Entry, Tracked
+from ._context import Blocked, Entry, Tracked
 from ._effect import Effect
 from ._plan import Plan
 from ._protocol import Handler, Outcome
@@ -40,6 +40,7 @@ def run_inside(
     standins: Sequence[Handler[Any]] = (),
     recorder: set[Effect[Any]] | None = None,
     blocked: Mapping[Effect[Any], Entry] | None = None,
+    hidden: Mapping[Effect[Any], Blocked] | None = None,
     before: Callable[[list[Handler[Any]]], None] | None = None,
 ) -> tuple[R, list[Handler[Any]]]:
     """Rebuild the plumbed handlers inside a region, run `fn` under them.
@@ -49,9 +50,11 @@ def run_inside(
     their current values so that performing them changes nothing outside) record
     into it which of them were performed (and into `plumbed`, if given, which were
     only looked up to be plumbed further in); with `recorder`, lookups that find no
-    usable handler are recorded there; `before`, if given, is called with the
-    inner handlers before `fn` (`effax.grad` prepares the handlers that take part
-    in differentiation).
+    usable handler are recorded there; `hidden` holds the markers (of a function's
+    row) that hid plumbed handlers outside, installed again over them (handler code
+    installed outside the row sees through them); `before`, if given, is called
+    with the inner handlers before `fn` (`effax.grad` prepares the handlers that
+    take part in differentiation).
     """
     token, inner = enter_inside(
         plan,
@@ -61,6 +64,7 @@ def run_inside(
         standins=standins,
         recorder=recorder,
         blocked=blocked,
+        hidden=hidden,
     )
     try:
         if before is not None:
@@ -80,6 +84,7 @@ def enter_inside(
     standins: Sequence[Handler[Any]] = (),
     recorder: set[Effect[Any]] | None = None,
     blocked: Mapping[Effect[Any], Entry] | None = None,
+    hidden: Mapping[Effect[Any], Blocked] | None = None,
 ) -> tuple[Any, list[Handler[Any]]]:
     """`run_inside` without the call: install the rebuilt handlers (and the
     `blocked` entries, which hide handlers that cannot enter); returns the token
@@ -96,7 +101,10 @@ def enter_inside(
     entries.update(
         {s.effect: (s.wrap(handler), ref) for s, handler in zip(plan.slots, inner, strict=True)}
     )
-    return _context.push_entries(entries, recorder=recorder), list(inner)
+    if not hidden:
+        return _context.push_entries(entries, recorder=recorder), list(inner)
+    over = {e: (entries[e][0], marker) for e, marker in hidden.items() if e in entries}
+    return _context.push_entries(entries, over, recorder=recorder), list(inner)
 
 
 def outcomes_of(

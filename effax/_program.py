@@ -26,22 +26,19 @@ from typing import Any, NamedTuple
 
 import jax
 
-from . import _context, _trace, _warmpath
+from . import _trace, _warmpath
 from ._boundary import (
     check_module_updates,
     check_no_ref_out,
     module_values,
     nnx_dropping,
-    placeholder,
     zeros_like,
 )
 from ._effect import Effect, declared_row
-from ._environment import Environment, Exports, Resolved, export_of, plan_of
+from ._environment import Environment, Exports, Resolved, hidden_of, plan_of, standins
 from ._inside import outcomes_of, passed_through, run_inside
-from ._intercept import wrapped
 from ._plumb import Transform, apply_transform, normalize_transform, traces_numbers
 from ._protocol import Export, Handler, Outcome
-from ._visible import chain_of
 
 __all__ = ["LOCK", "Function", "Layout", "Pending", "Program", "Retrace", "pending"]
 
@@ -132,6 +129,7 @@ class Program:
         self.keyed = {key[0] for key in environment}
         self.plan = plan_of(environment)
         self.plumbed = frozenset(self.plan.effects)
+        self.hidden = hidden_of(environment)
         self.first: Layout | None = None
         self.layouts: dict[Layout, _StaticOut] = {}
         # generated warm paths, by (layout node, handler fields, depends on the stack)
@@ -346,6 +344,8 @@ class Function:
             # (a body changing a Flax NNX module it was given: the name to refuse it by)
             dropping = None if self.abstract else nnx_dropping(self.transform)
             at_entry = module_values((flat[plan.n_in :], kwargs)) if dropping else []
+            hidden = dict(program.hidden)
+            exports = Exports() if pending is None else pending.exports
             out, inner = run_inside(
                 plan,
                 dynamic,
@@ -353,8 +353,9 @@ class Function:
                 flat[plan.n_in :],
                 kwargs,
                 track=used,
-                standins=_standins(program, Exports() if pending is None else pending.exports),
+                standins=standins(program.plumbed, exports, hidden),
                 recorder=missing,
+                hidden=hidden,
             )
             if dropping and at_entry:
                 check_module_updates(dropping, at_entry, out)
@@ -455,30 +456,6 @@ class Function:
             return out, program.pack([outcomes[i] for i in chosen])
 
         return replay
-
-
-def _standins(program: Program, exports: Exports) -> list[Handler[Any]]:
-    """Handlers visible at the call but not plumbed into `program`, rebuilt from
-    their current values: performing one inside records the lookup (the trace is
-    then dropped and the effect plumbed in) without raising through user code, and
-    changes nothing outside. Only handlers usable at the call count (through the
-    call's own staging trace); lookups of the others raise as they would there."""
-    standins = []
-    for effect, entry in _context.current_stack().items():
-        if effect in program.plumbed:
-            continue
-        if _context.obstacle(effect, entry, track=False, through=1) is not None:
-            continue
-        with _trace.under(_context.home_trace(entry[1])):
-            chain = chain_of(entry[0], exports.chains)
-            export = export_of(chain.target, exports)
-        # Zeros for tracers: a stand-in must not close over another trace (a
-        # cached inner trace would keep it), and its values are never used (a
-        # lookup drops this trace).
-        const, carry = jax.tree.map(placeholder, (export.const, export.carry))
-        target = type(chain.target).rebuild(effect, export.static, const, carry)
-        standins.append(wrapped(chain.wrappers, effect, target))
-    return standins
 
 
 def _abstract(transform: Transform) -> tuple[Transform, bool]:

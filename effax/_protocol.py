@@ -11,6 +11,8 @@ effect works everywhere the built-in ones do.
 from __future__ import annotations
 
 import abc
+import functools
+import inspect
 import operator
 from collections.abc import Callable, Hashable
 from typing import (
@@ -163,6 +165,29 @@ def _no_fields(handler: Handler[Any], method: str) -> NoReturn:
     )
 
 
+def _run_where_installed(cls: type[Handler[Any]]) -> None:
+    """Make the operations of a user's handler class (its own public methods, which
+    no effax base class defines) run where the handler is installed, as those of
+    effax's effects do: the effects they perform are looked up among the handlers
+    outside it (`_context.run_at`), whether the effect's operation reaches them
+    through ``self.handler()`` or a forwarding handler's ``outer()``."""
+    package = __name__.rsplit(".", 1)[0] + "."
+    protocol = {
+        n for base in cls.__mro__ if base.__module__.startswith(package) for n in vars(base)
+    }
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and name not in protocol and inspect.isfunction(member):
+            setattr(cls, name, _where_installed(member))
+
+
+def _where_installed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def operation(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _context.run_at(self.effect, self, fn, self, *args, **kwargs)
+
+    return operation
+
+
 class Handler(abc.ABC, Generic[E]):
     """Base class of every handler: a context manager, a cell, and the plumbing protocol.
 
@@ -267,6 +292,8 @@ class Handler(abc.ABC, Generic[E]):
             not cls.forwards and getattr(cls.rebuild, "__func__", None) is _REBUILD
         )
         cls._effax_own = cls.__module__.startswith(__name__.rsplit(".", 1)[0] + ".")
+        if not cls._effax_own:
+            _run_where_installed(cls)
         cls._effax_derived = frozenset(m for m in _DERIVED if getattr(cls, m) is _DERIVED[m])
         fields = cls.__dict__.get("fields")
         if isinstance(fields, Fields):

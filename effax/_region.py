@@ -33,7 +33,7 @@ from ._boundary import (
     unpin,
     unplumbable,
 )
-from ._context import Entry
+from ._context import Blocked, Entry
 from ._effect import Effect, declared_row
 from ._errors import EffectUsageError
 from ._inside import outcomes_of, passed_through, run_inside
@@ -70,12 +70,17 @@ class Region:
         row = None
         if all(r is not None for r in rows):
             row = list(dict.fromkeys(e for r in rows if r is not None for e in r))
-            # an interceptor's code runs where it is installed and may perform any
-            # effect visible there, which the bodies' rows do not name: plumb them all
-            if any((e := self.stack.get(effect)) and e[0].forwards for effect in row):
+            # handler code (an interceptor's, a handler class's of the user's) runs
+            # where its handler is installed and may perform any effect visible
+            # there, which the bodies' rows do not name: plumb them all
+            if any((e := self.stack.get(effect)) and _context.runs_code(e[0]) for effect in row):
                 row = None
+        # Handler code (an interceptor's function, a handler class's operation) runs
+        # where its handler is installed and sees the handlers there, also those a
+        # function's row hides from the bodies: those cross, hidden again inside.
+        self.hidden: dict[Effect[Any], Blocked] = {}
         # (for an interceptor, its chain: the handler it reaches crosses alone)
-        chains = outer_handlers(self.stack, row=row)
+        chains = outer_handlers(self.stack, row=row, hidden=self.hidden if row is None else None)
         self.policy = policy
         exports_axes: list[tuple[Export, int | None]]
         if policy is None:
@@ -149,6 +154,7 @@ class Region:
                 track=self.used,
                 plumbed=self.plumbed,
                 blocked=self.blocked,
+                hidden=self.hidden,
                 before=before,
             )
         except Exception as error:

@@ -43,6 +43,7 @@ class Undeclared(Blocked):
     inside the function raises `UndeclaredEffectError`."""
 
     __slots__ = ("function", "row")
+    handler_code_sees = True
 
     def __init__(self, function: str, row: tuple[Effect[Any], ...]) -> None:
         self.function = function

@@ -42,6 +42,7 @@ def outer_handlers(
     skip: Iterable[Effect[Any]] = (),
     row: Iterable[Effect[Any]] | None = None,
     chains: Chains | None = None,
+    hidden: dict[Effect[Any], _context.Blocked] | None = None,
 ) -> list[Chain]:
     """The chains of the handlers around the call that a region may plumb in
     (resolved once per `chains`, if given).
@@ -50,7 +51,10 @@ def outer_handlers(
     order; an effect of the row whose handler cannot be used here raises the error
     that explains why (and an enclosing region that rebuilt its handler learns
     that it is performed). Without it, every handler usable here, in stack order.
-    Handlers hidden by a `Blocked` marker are never plumbed.
+    Handlers hidden by a `Blocked` marker are not plumbed; with `hidden` (a region
+    that may run handler code: an interceptor's function sees the handlers outside
+    a function's row), those behind a marker that handler code sees through are,
+    and `hidden` gains their markers, to hide them again inside.
     """
     skip = frozenset(skip)
     handlers: list[Chain] = []
@@ -62,6 +66,8 @@ def outer_handlers(
         if entry is None:
             continue
         why = _context.obstacle(effect, entry, track=row is not None)
+        if hidden is not None and (seen := _context.seen_through(stack, effect, why)):
+            (hidden[effect], entry), why = seen, None
         if why is None:
             handlers.append(chain_of(entry[0], chains))
         elif row is not None and not isinstance(why, _context.Blocked):

@@ -36,7 +36,14 @@ def outer_homes(stack: _context.Stack, handlers: Sequence[Handler[Any]]) -> list
     for handler in handlers:
         # (a plumbed handler is the one an interceptor chain reaches: installed
         # under the interceptors, or held by one given to `handle`)
-        entry = next((e for e in _context.chain(stack, handler.effect) if e[0] is handler), None)
+        entry = next(
+            (
+                e
+                for e in _context.chain(stack, handler.effect)
+                if e[0] is handler and not isinstance(e[1], _context.Blocked)
+            ),
+            None,
+        )
         if entry is not None:
             home, own = _context.home_trace(entry[1]), False
         else:

@@ -9,7 +9,7 @@ EFFAX = pathlib.Path(__file__).parent.parent / "effax"
 
 LAYERS = [
     {"_trace", "_errors"},
-    {"_context", "_threefry", "_arguments", "_entries", "_fields", "_naming"},
+    {"_context", "_context_var", "_threefry", "_arguments", "_entries", "_fields", "_naming"},
     {"_protocol", "_effect"},
     {"_ask", "_state", "_state_dict", "_random_key", "_emit", "_intercept", "_recorder"},
     {
