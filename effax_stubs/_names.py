@@ -24,6 +24,7 @@ from mypy.types import CallableType, Instance, get_proper_type
 __all__ = [
     "BUILTIN_CALLING",
     "CONTAINERS",
+    "DISCRETE_SAMPLERS",
     "FOREIGN_CALLING",
     "FOREIGN_PACKAGES",
     "FOREIGN_TRANSFORMS",
@@ -58,6 +59,7 @@ __all__ = [
     "effect_operations",
     "function_argument",
     "has_star",
+    "is_sampler",
     "is_handler_maker",
     "is_effect_class",
     "keyword",
@@ -312,6 +314,19 @@ UNHASHABLE_CLASSES: Final = frozenset({"jax._src.basearray.Array", "numpy.ndarra
 
 
 Row = frozenset[str]  # effects, by the full name of their declaration
+
+
+# `effax.random`'s samplers that effax defines in `effax._discrete` (re-exported)
+DISCRETE_SAMPLERS = frozenset({"bernoulli", "categorical", "choice", "permutation", "randint"})
+
+
+def is_sampler(fullname: str | None) -> bool:
+    """Whether `fullname` is one of `effax.random`'s samplers, wherever effax
+    defines it: each performs its `stream=` (`effax.rng` by default)."""
+    if not fullname:
+        return False
+    module, _, name = fullname.rpartition(".")
+    return module == "effax.random" or (module == "effax._discrete" and name in DISCRETE_SAMPLERS)
 
 
 def effax_name(fullname: str | None) -> str | None:

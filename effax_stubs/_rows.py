@@ -44,6 +44,7 @@ from ._names import (
     foreign_callables,
     foreign_higher_order,
     function_argument,
+    is_sampler,
     keyword,
     walked_in_place,
 )
@@ -352,7 +353,7 @@ class Analysis(Handling):
                     return frozenset({declaration.fullname}), None
                 return None
         fullname = callee_fullname(callee)
-        if fullname and fullname.startswith("effax.random."):
+        if is_sampler(fullname):
             stream = keyword(call, "stream")
             if stream is None:
                 return frozenset({self.rng()}), None

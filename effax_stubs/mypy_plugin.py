@@ -105,6 +105,7 @@ from ._names import (
     effect_operations,
     foreign_higher_order,
     is_handler_maker,
+    is_sampler,
     kind_of,
 )
 from ._report import HANDLER_TYPE, UNDECLARED, UNHANDLED
@@ -144,7 +145,7 @@ class EffaxPlugin(Lookups):
             return self._handlers
         if name == "intercept":
             return self._intercept
-        if (name is not None and name in PERFORMING) or fullname.startswith("effax.random."):
+        if (name is not None and name in PERFORMING) or is_sampler(fullname):
             return self._module_level
         if fullname == "functools.partial":
             return self._partial

@@ -1,6 +1,8 @@
 """Rule 1: effect operations inside a function with a declared row."""
 
+import jax.numpy as jnp
 import mylib
+
 import effax as fx
 from mylib import dropout, log, steps, t2, temperature
 from mylib import steps as s
@@ -57,6 +59,25 @@ def sampler_declared() -> None:
 def sampler_stream() -> None:
     fx.random.uniform((2,), stream=dropout)  # E: effax-undeclared: Effect "dropout"
     fx.random.bernoulli(0.5, stream=fx.rng)
+
+
+# case: the discrete samplers (defined in effax._discrete) draw from their stream too
+@fx.uses(fx.rng)
+def discrete_samplers() -> None:
+    fx.random.bernoulli(0.5, (4,))
+    fx.random.randint((2,), 0, 5)
+    fx.random.bernoulli(0.5, (4,), stream=dropout)  # E: effax-undeclared: Effect "dropout"
+    fx.random.categorical(jnp.zeros(3), stream=dropout)  # E: effax-undeclared
+    fx.random.permutation(5, stream=dropout)  # E: effax-undeclared
+    fx.random.choice(5, (2,), stream=dropout)  # E: effax-undeclared
+    with dropout.seed(0):
+        fx.random.choice(5, (2,), stream=dropout)
+
+
+fx.random.bernoulli(0.5, (4,))  # E: effax-unhandled
+with fx.rng.seed(0):
+    fx.random.permutation(5)
+    fx.random.bernoulli(0.5, (4,), stream=dropout)  # E: effax-unhandled
 
 
 # case: aliases name the same effect
