@@ -15,6 +15,7 @@ from mypy.nodes import (
     NameExpr,
     RefExpr,
     Statement,
+    TupleExpr,
     TypeInfo,
     WithStmt,
 )
@@ -64,7 +65,11 @@ def check_value(ctx: MethodContext, modules: Mapping[str, MypyFile]) -> None:
     kind, method = declaration.kind, call.callee.name
     # a type error already, which mypy reports; but an unhashable static value also
     # fails where it is provided, whatever its type (the error may be ignored)
-    unhashable = kind == "Ask" and declaration.static and not is_hashable(ctx.api, value)
+    unhashable = (
+        kind == "Ask"
+        and declaration.static
+        and not (is_hashable(ctx.api, value) and holds_hashable(ctx.api, ctx.args[0][0]))
+    )
     if receiver.args and not is_subtype(value, receiver.args[0]) and not unhashable:
         return
     effect = f'{kind} "{short(declaration.fullname)}"'
@@ -162,6 +167,32 @@ def is_hashable(api: CheckerPluginInterface, typ: Type, depth: int = 0) -> bool:
     if not is_subtype(typ, api.named_generic_type("typing.Hashable", [])):
         return False
     return depth > 8 or all(is_hashable(api, t, depth + 1) for t in _held(proper))
+
+
+def holds_hashable(api: CheckerPluginInterface, expr: Expression, depth: int = 0) -> bool:
+    """Whether what `expr` builds in place holds hashable values, by the types mypy
+    inferred for them where the declared ones say nothing (a frozen dataclass's field
+    typed `Any` given a list: `Config([8, 8])`): a tuple display's items, the arguments
+    of a dataclass's constructor, followed inward."""
+    lookup = getattr(api, "lookup_type_or_none", None)  # (mypy's TypeChecker)
+    if lookup is None or depth > 8:
+        return True
+    if isinstance(expr, TupleExpr):
+        items = expr.items
+    elif isinstance(expr, CallExpr):
+        built = get_proper_type(lookup(expr))
+        if not (isinstance(built, Instance) and "dataclass" in built.type.metadata):
+            return True
+        items = expr.args
+    else:
+        return True
+    for item in items:
+        typ = lookup(item)
+        if typ is not None and not is_hashable(api, typ):
+            return False
+        if not holds_hashable(api, item, depth + 1):
+            return False
+    return True
 
 
 def _held(typ: Type) -> list[Type]:

@@ -5,7 +5,7 @@ given a str is reported only where a compiled call under it performs it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
@@ -35,6 +35,23 @@ class Pair(NamedTuple):
 cfg.provide(Conf())  # E: effax-handler-type: Ask "cfg" is static, so its value is hashed into the jit cache key, but "provide" is given an unhashable "Conf"
 cfg.provide(([1], [2]))  # E: effax-handler-type: unhashable "tuple[list, list]"
 cfg.provide(Pair(1, [2]))  # E: effax-handler-type
+
+
+# case: a field typed Any given a list where the value is built (found by blind10):
+# the inferred types of what it is built from
+@dataclass(frozen=True)
+class Loose:
+    widths: Any
+    lr: float = 1e-2
+
+
+cfg.provide(Loose([8, 8]))  # E: effax-handler-type: unhashable "Loose"
+cfg.provide(Loose(widths=(1, [2])))  # E: effax-handler-type
+cfg.provide((1, Loose({"a": 1})))  # E: effax-handler-type
+cfg.provide(Loose((8, 8)))
+cfg.provide(Loose(widths=(1, (2,)), lr=0.5))
+loose = Loose([8])
+cfg.provide(loose)  # (built elsewhere: its type says nothing more)
 
 
 # case: hashable all the way down

@@ -1,0 +1,1 @@
+"""Shared declarations, layers, a custom effect and a training module for the blind10 programs."""
