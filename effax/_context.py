@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, TypeVar, cast
 
 from . import _trace
 from ._errors import EffectUsageError
@@ -32,6 +32,7 @@ __all__ = [
     "current_stack",
     "enter_block",
     "here",
+    "is_marker",
     "exit_block",
     "forwards_outward",
     "home_trace",
@@ -221,7 +222,7 @@ def outside(stack: Stack, effect: Effect[Any]) -> Stack:
             continue
         if not node.fresh and under is not None:
             why, seen = under[1], base.get(key)
-            if isinstance(why, Blocked) and why.handler_code_sees and seen and seen[1] is why:
+            if type(why) in _SEEN_THROUGH and seen and seen[1] is why:
                 continue
         view[key] = value
     handler = entry[0]
@@ -327,9 +328,26 @@ class Blocked(abc.ABC):
     __slots__ = ()
     handler_code_sees: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _MARKERS.add(cls)
+        if cls.handler_code_sees:
+            _SEEN_THROUGH.add(cls)
+
     @abc.abstractmethod
     def raise_for(self, effect: Effect[Any]) -> NoReturn:
         """Raise the exception for performing `effect` here."""
+
+
+# The marker classes, and those handler code sees through: asked by the type of a
+# stack entry's ref (an isinstance check of an ABC is slower, on per-call paths)
+_MARKERS: set[type[Blocked]] = set()
+_SEEN_THROUGH: set[type[Blocked]] = set()
+
+
+def is_marker(ref: Any) -> bool:
+    """Whether a stack entry's ref is a `Blocked` marker."""
+    return type(ref) in _MARKERS
 
 
 # --- may this entry's handler be used here? ----------------------------------------
@@ -402,14 +420,12 @@ def seen_through(
     marker, and the entry it hides if that one can be used here (`obstacle`'s
     `track` and `through`). A region or compiled call plumbs that handler in, and
     hides it again inside. Otherwise None."""
-    if not (isinstance(why, Blocked) and why.handler_code_sees):
-        return None
-    if not any(runs_code(h) for h, _ in stack.values()):
+    if type(why) not in _SEEN_THROUGH or not any(runs_code(h) for h, _ in stack.values()):
         return None
     entry = beneath(stack, effect)
     if entry is None or obstacle(effect, entry, track=track, through=through) is not None:
         return None
-    return why, entry
+    return cast(Blocked, why), entry
 
 
 def runs_code(handler: Handler[Any]) -> bool:
@@ -424,7 +440,7 @@ def beneath(stack: Stack, effect: Effect[Any]) -> Entry | None:
     through hide (the entry itself if there are none), or None."""
     for entry in chain(stack, effect):
         ref = entry[1]
-        if not (isinstance(ref, Blocked) and ref.handler_code_sees):
+        if type(ref) not in _SEEN_THROUGH:
             return entry
     return None
 
@@ -437,10 +453,10 @@ def mark_used(stack: Stack, effects: Any, *, plumbing: bool = False) -> None:
     row's markers (handler code outside the row performed it)."""
     for effect in effects:
         for handler, ref in chain(stack, effect):
-            if isinstance(ref, Blocked) and ref.handler_code_sees:
-                continue
             if type(ref) is Tracked:
                 (ref.plumbed if plumbing else ref.used).add(effect)
+            elif type(ref) in _SEEN_THROUGH:
+                continue
             if not forwards_outward(handler):
                 break
 

@@ -118,12 +118,13 @@ def resolve(
         why: Any = None
         if entry is not None:
             obstacle = _context.obstacle(effect, entry, track=note)
-            # (hidden by a function's row from its code, not from handler code
-            # installed outside it: plumbed in, hidden again inside)
-            seen = _context.seen_through(stack, effect, obstacle, track=note)
             marker = None
-            if seen is not None:
-                (marker, entry), obstacle = seen, None
+            if obstacle is not None:
+                # (hidden by a function's row from its code, not from handler code
+                # installed outside it: plumbed in, hidden again inside)
+                seen = _context.seen_through(stack, effect, obstacle, track=note)
+                if seen is not None:
+                    (marker, entry), obstacle = seen, None
             if obstacle is None:
                 if note:  # through the interceptors over it, to the handler it reaches
                     _context.mark_used(stack, (effect,))
@@ -137,7 +138,7 @@ def resolve(
     for handler in own:
         check_home(handler)
     chains.extend(chain_of(h, exports.chains) for h in own)
-    markers.extend(None for _ in own)
+    markers += [None] * len(own)
     handlers = [c.target for c in chains]
     found = tuple(export_of(h, exports) for h in handlers)
     for handler, export in zip(handlers, found, strict=True):

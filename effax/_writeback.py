@@ -40,7 +40,7 @@ def outer_homes(stack: _context.Stack, handlers: Sequence[Handler[Any]]) -> list
             (
                 e
                 for e in _context.chain(stack, handler.effect)
-                if e[0] is handler and not isinstance(e[1], _context.Blocked)
+                if e[0] is handler and not _context.is_marker(e[1])
             ),
             None,
         )
