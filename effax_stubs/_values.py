@@ -40,6 +40,7 @@ from ._tree import descendants
 __all__ = [
     "PROMOTED",
     "check_value",
+    "holds_hashable",
     "is_hashable",
     "is_text",
     "narrower_name",
