@@ -308,9 +308,7 @@ def test_the_docs_quote_what_the_plugin_reports(tmp_path, library_cache):
             quoted.setdefault(path, []).append(
                 (int(match["line"]), match["code"], match["message"])
             )
-    reported = run_mypy(
-        *quoted, cache_dir=cache_copy(library_cache, tmp_path), cwd=tmp_path
-    )
+    reported = run_mypy(*quoted, cache_dir=cache_copy(library_cache, tmp_path), cwd=tmp_path)
     assert {path: sorted(r) for path, r in reported.items()} == {
         path: sorted(r) for path, r in quoted.items()
     }
