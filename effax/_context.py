@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, TypeGuard, TypeVar, cast
 
 from . import _trace
 from ._errors import EffectUsageError
@@ -71,7 +71,17 @@ class Stack(dict["Effect[Any]", Entry]):
     each, since every enclosing trace baked that outcome in.
     """
 
-    __slots__ = ("__weakref__", "fresh", "owner", "parent", "recorders", "runs", "token", "views")
+    __slots__ = (
+        "__weakref__",
+        "code",
+        "fresh",
+        "owner",
+        "parent",
+        "recorders",
+        "runs",
+        "token",
+        "views",
+    )
     runs: Entry | None
 
     def __init__(
@@ -95,6 +105,8 @@ class Stack(dict["Effect[Any]", Entry]):
         # handler's code runs under, its entry; the stacks of `outside`, per effect.
         self.fresh, self.runs = False, None
         self.views: dict[Effect[Any], Stack] | None = None
+        # whether a handler in it may run code of its own (`seen_through`), once asked
+        self.code: bool | None = None
 
 
 _EMPTY = Stack()
@@ -345,8 +357,9 @@ _MARKERS: set[type[Blocked]] = set()
 _SEEN_THROUGH: set[type[Blocked]] = set()
 
 
-def is_marker(ref: Any) -> bool:
-    """Whether a stack entry's ref is a `Blocked` marker."""
+def is_marker(ref: Any) -> TypeGuard[Blocked]:
+    """Whether a stack entry's ref (or an `Obstacle`) is a `Blocked` marker: what
+    ``isinstance(ref, Blocked)`` says, by the class (as fast as a set lookup)."""
     return type(ref) in _MARKERS
 
 
@@ -390,7 +403,7 @@ def obstacle(
     trace = _trace.current_trace_ref()
     if ref is trace:
         return None
-    if isinstance(ref, Blocked):
+    if is_marker(ref):
         return ref
     if type(ref) is Tracked:
         if track:
@@ -420,7 +433,12 @@ def seen_through(
     marker, and the entry it hides if that one can be used here (`obstacle`'s
     `track` and `through`). A region or compiled call plumbs that handler in, and
     hides it again inside. Otherwise None."""
-    if type(why) not in _SEEN_THROUGH or not any(runs_code(h) for h, _ in stack.values()):
+    if type(why) not in _SEEN_THROUGH:
+        return None
+    code = stack.code
+    if code is None:  # (asked once per stack: a call may meet many of a row's markers)
+        code = stack.code = any(runs_code(h) for h, _ in stack.values())
+    if not code:
         return None
     entry = beneath(stack, effect)
     if entry is None or obstacle(effect, entry, track=track, through=through) is not None:

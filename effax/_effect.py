@@ -20,7 +20,7 @@ import jax
 
 from . import _context, _naming, _trace
 from ._arguments import check_unleaked
-from ._context import Blocked
+from ._context import Blocked, is_marker
 from ._errors import (
     LEAK_EXPLANATION,
     WRITE_LEAK_EXPLANATION,
@@ -260,7 +260,7 @@ def installed_at(effect: Effect[Any], handler: Handler[Any]) -> Any:
         ref = stack.runs[1]
     else:
         ref = next((e[1] for e in _context.chain(stack, effect) if reaches(e[0], handler)), None)
-    return None if isinstance(ref, Blocked) else ref
+    return None if is_marker(ref) else ref
 
 
 def _outer_entry(effect: Effect[Any], handler: Handler[Any]) -> _context.Entry | None:
@@ -340,7 +340,7 @@ def leak_message(effect: Effect[Any], reach: str) -> str:
 
 def raise_obstacle(effect: Effect[Any], why: _context.Obstacle) -> NoReturn:
     """Raise the error of performing `effect` where its handler cannot be used."""
-    if isinstance(why, Blocked):
+    if isinstance(why, Blocked):  # (an error path: the ABC check narrows both ways)
         why.raise_for(effect)
     if why == "unsplit":
         raise EffectLeakError(unsplit_message(effect))

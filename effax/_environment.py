@@ -131,7 +131,7 @@ def resolve(
                 chains.append(chain_of(entry[0], exports.chains))
                 markers.append(marker)
                 continue
-            why = obstacle if isinstance(obstacle, _context.Blocked) else UNREACHABLE
+            why = obstacle if _context.is_marker(obstacle) else UNREACHABLE
         if note:
             _context.note_missing(effect)
         keys.append((effect, why, None))

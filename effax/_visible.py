@@ -70,7 +70,7 @@ def outer_handlers(
             (hidden[effect], entry), why = seen, None
         if why is None:
             handlers.append(chain_of(entry[0], chains))
-        elif row is not None and not isinstance(why, _context.Blocked):
+        elif row is not None and not _context.is_marker(why):
             _context.note_missing(effect)
             raise_obstacle(effect, why)
     return handlers
